@@ -1,0 +1,410 @@
+"""The op table: every primitive defined once.
+
+Each :class:`Op` carries everything a backend needs: how to evaluate it on
+floats (with NumPy's semantics: ``1/0`` is ``inf``, ``log(-1)`` is ``nan``,
+never a Python exception), its code template for generated source, its
+vector-Jacobian rule, the name of its SymPy form and the domain its tests
+draw inputs from.
+
+Vector-Jacobian rules are written with the generic functions of this module
+(``add``, ``mul``, ``div``, ``cos`` ...), which evaluate floats directly and
+hand anything else (a tracing ``Value``) back to its own ``_apply``. So the
+same rule computes a float in the eager sweep and records a tape in the
+reverse-mode transform: the adjoint of a tape is itself a tape.
+
+This module imports nothing of ours.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+INF = math.inf
+NAN = math.nan
+
+
+@dataclass(eq=False)
+class Op:
+    """One primitive: value, derivative rule, code template, SymPy form."""
+
+    name: str
+    arity: int
+    eval: Callable[..., float]
+    code: str
+    vjp: tuple[Callable | None, ...] = ()  # per argument: (g, out, *args) -> adjoint
+    sympy: str | Callable | None = None  # a name symbolic.py looks up, or a callable
+    domain: tuple[float, float] = (-3.0, 3.0)
+    symbol: str | None = None  # infix symbol for printing (+, *, ...)
+    smooth: bool = True  # False for ops with kinks (finite differences avoid them)
+    opcode: int = field(default=-1, compare=False)
+
+    def __call__(self, *args: Any) -> Any:
+        return apply(self, *args)
+
+    def __repr__(self) -> str:
+        return f"Op({self.name!r})"
+
+
+# ---------------------------------------------------------------- dispatch
+
+_NUMBER = (float, int)
+
+
+def apply(op: Op, *args: Any) -> Any:
+    """Apply ``op``: floats are evaluated, anything else records itself."""
+    for a in args:
+        if not isinstance(a, _NUMBER):
+            if hasattr(a, "_apply"):
+                return a._apply(op, args)
+            if isinstance(a, np.ndarray):
+                return _apply_array(op, args)
+            if isinstance(a, (np.floating, np.integer, bool)):
+                continue
+            raise TypeError(
+                f"adcompile.{op.name}: unsupported operand type {type(a).__name__!r}; "
+                "expected a number, an adcompile.Value or a NumPy array of them"
+            )
+    return op.eval(*(float(a) for a in args))
+
+
+def _apply_array(op: Op, args: tuple) -> np.ndarray:
+    """Element-wise application over NumPy arrays (object or float)."""
+    arrays = [np.asarray(a) for a in args]
+    if all(a.dtype != object for a in arrays):
+        return np.vectorize(op.eval, otypes=[float])(*arrays)
+    return np.vectorize(lambda *xs: apply(op, *xs), otypes=[object])(*arrays)
+
+
+# ---------------------------------------------------------------- float helpers
+
+
+def _numpy_fallback(pyfunc: Callable, npfunc: Callable) -> Callable[..., float]:
+    """Fast Python float function; where Python would raise, NumPy's answer."""
+
+    def f(*xs: float) -> float:
+        try:
+            r = pyfunc(*xs)
+        except (ZeroDivisionError, OverflowError, ValueError):
+            r = None
+        if r is None or isinstance(r, complex):
+            with np.errstate(all="ignore"):
+                return float(npfunc(*(np.float64(x) for x in xs)))
+        return r
+
+    f.__name__ = getattr(npfunc, "__name__", "f")
+    return f
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0.0:
+        return 1.0 / (1.0 + math.exp(-x))
+    if x < 0.0:
+        e = math.exp(x)
+        return e / (1.0 + e)
+    return x  # nan
+
+
+def _softplus(x: float) -> float:
+    if math.isinf(x):
+        return x if x > 0 else 0.0
+    return math.log1p(math.exp(-abs(x))) + max(x, 0.0)
+
+
+def _sign(x: float) -> float:
+    return 1.0 if x > 0.0 else (-1.0 if x < 0.0 else x * 0.0)
+
+
+def _step(x: float) -> float:
+    return 1.0 if x > 0.0 else (0.0 if x == x else x)
+
+
+def _relu(x: float) -> float:
+    return x if x > 0.0 else (0.0 if x == x else x)
+
+
+def _maximum(a: float, b: float) -> float:
+    if a != a or b != b:
+        return NAN
+    return a if a >= b else b
+
+
+def _minimum(a: float, b: float) -> float:
+    if a != a or b != b:
+        return NAN
+    return a if a <= b else b
+
+
+_add = float.__add__
+_sub = float.__sub__
+_mul = float.__mul__
+_neg = float.__neg__
+_div = _numpy_fallback(lambda a, b: a / b, np.divide)
+_pow = _numpy_fallback(lambda a, b: a**b, np.power)
+_exp = _numpy_fallback(math.exp, np.exp)
+_log = _numpy_fallback(math.log, np.log)
+_log1p = _numpy_fallback(math.log1p, np.log1p)
+_expm1 = _numpy_fallback(math.expm1, np.expm1)
+_sqrt = _numpy_fallback(math.sqrt, np.sqrt)
+_sin = _numpy_fallback(math.sin, np.sin)
+_cos = _numpy_fallback(math.cos, np.cos)
+_tan = _numpy_fallback(math.tan, np.tan)
+_asin = _numpy_fallback(math.asin, np.arcsin)
+_acos = _numpy_fallback(math.acos, np.arccos)
+_sinh = _numpy_fallback(math.sinh, np.sinh)
+_cosh = _numpy_fallback(math.cosh, np.cosh)
+
+
+# ---------------------------------------------------------------- the table
+
+OPS: dict[str, Op] = {}
+
+
+def register(op: Op) -> Op:
+    """Add ``op`` to the table (the one call built-in and user ops both use)."""
+    if op.name in OPS:
+        raise ValueError(f"an op named {op.name!r} is already defined; pick another name")
+    op.opcode = len(OPS)
+    OPS[op.name] = op
+    return op
+
+
+def defop(
+    name: str,
+    arity: int,
+    eval: Callable[..., float],
+    code: str,
+    vjp: tuple[Callable | None, ...],
+    sympy: str | Callable | None = None,
+    domain: tuple[float, float] = (-3.0, 3.0),
+    **kw: Any,
+) -> Op:
+    """Define and register one primitive."""
+    return register(Op(name, arity, eval, code, vjp, sympy, domain, **kw))
+
+
+# Each rule is ``(g, out, *args) -> contribution`` for one argument; ``None``
+# marks an argument with derivative zero. Rules use the generic functions
+# defined below, so they run on floats and record on Values alike.
+defop(
+    "add",
+    2,
+    _add,
+    "({0} + {1})",
+    (lambda g, out, a, b: g, lambda g, out, a, b: g),
+    lambda sp, a, b: a + b,
+    symbol="+",
+)
+defop(
+    "sub",
+    2,
+    _sub,
+    "({0} - {1})",
+    (lambda g, out, a, b: g, lambda g, out, a, b: -g),
+    lambda sp, a, b: a - b,
+    symbol="-",
+)
+defop(
+    "mul",
+    2,
+    _mul,
+    "({0} * {1})",
+    (lambda g, out, a, b: g * b, lambda g, out, a, b: g * a),
+    lambda sp, a, b: a * b,
+    symbol="*",
+)
+defop(
+    "div",
+    2,
+    _div,
+    "({0} / {1})",
+    (lambda g, out, a, b: div(g, b), lambda g, out, a, b: -div(g * out, b)),
+    lambda sp, a, b: a / b,
+    domain=(0.5, 3.0),
+    symbol="/",
+)
+defop("neg", 1, _neg, "(-{0})", (lambda g, out, a: -g,), lambda sp, a: -a)
+defop(
+    "pow",
+    2,
+    _pow,
+    "({0} ** {1})",
+    (lambda g, out, a, b: g * b * pow(a, b - 1.0), lambda g, out, a, b: g * out * log(a)),
+    lambda sp, a, b: a**b,
+    domain=(0.5, 2.0),
+    symbol="**",
+)
+defop("abs", 1, abs, "abs({0})", (lambda g, out, a: g * sign(a),), "Abs", smooth=False)
+defop("exp", 1, _exp, "math.exp({0})", (lambda g, out, a: g * out,), "exp")
+defop("log", 1, _log, "math.log({0})", (lambda g, out, a: div(g, a),), "log", domain=(0.1, 5.0))
+defop(
+    "log1p",
+    1,
+    _log1p,
+    "math.log1p({0})",
+    (lambda g, out, a: div(g, 1.0 + a),),
+    lambda sp, a: sp.log(1 + a),
+    domain=(-0.9, 3.0),
+)
+defop(
+    "expm1",
+    1,
+    _expm1,
+    "math.expm1({0})",
+    (lambda g, out, a: g * (out + 1.0),),
+    lambda sp, a: sp.exp(a) - 1,
+)
+defop(
+    "sqrt",
+    1,
+    _sqrt,
+    "math.sqrt({0})",
+    (lambda g, out, a: div(g, 2.0 * out),),
+    "sqrt",
+    domain=(0.1, 5.0),
+)
+defop(
+    "sin", 1, _sin, "math.sin({0})", (lambda g, out, a: g * cos(a),), "sin", domain=(-10.0, 10.0)
+)
+defop(
+    "cos",
+    1,
+    _cos,
+    "math.cos({0})",
+    (lambda g, out, a: -(g * sin(a)),),
+    "cos",
+    domain=(-10.0, 10.0),
+)
+defop(
+    "tan",
+    1,
+    _tan,
+    "math.tan({0})",
+    (lambda g, out, a: g * (1.0 + out * out),),
+    "tan",
+    domain=(-1.2, 1.2),
+)
+defop(
+    "arcsin",
+    1,
+    _asin,
+    "math.asin({0})",
+    (lambda g, out, a: div(g, sqrt(1.0 - a * a)),),
+    "asin",
+    domain=(-0.9, 0.9),
+)
+defop(
+    "arccos",
+    1,
+    _acos,
+    "math.acos({0})",
+    (lambda g, out, a: -div(g, sqrt(1.0 - a * a)),),
+    "acos",
+    domain=(-0.9, 0.9),
+)
+defop(
+    "arctan",
+    1,
+    math.atan,
+    "math.atan({0})",
+    (lambda g, out, a: div(g, 1.0 + a * a),),
+    "atan",
+    domain=(-5.0, 5.0),
+)
+defop("sinh", 1, _sinh, "math.sinh({0})", (lambda g, out, a: g * cosh(a),), "sinh")
+defop("cosh", 1, _cosh, "math.cosh({0})", (lambda g, out, a: g * sinh(a),), "cosh")
+defop("tanh", 1, math.tanh, "math.tanh({0})", (lambda g, out, a: g * (1.0 - out * out),), "tanh")
+defop(
+    "sigmoid",
+    1,
+    _sigmoid,
+    "(1.0 / (1.0 + math.exp(-{0})))",
+    (lambda g, out, a: g * (out * (1.0 - out)),),
+    lambda sp, a: 1 / (1 + sp.exp(-a)),
+    domain=(-6.0, 6.0),
+)
+defop(
+    "softplus",
+    1,
+    _softplus,
+    "(math.log1p(math.exp(-abs({0}))) + max({0}, 0.0))",
+    (lambda g, out, a: g * sigmoid(a),),
+    lambda sp, a: sp.log(1 + sp.exp(a)),
+    domain=(-6.0, 6.0),
+)
+defop(
+    "relu",
+    1,
+    _relu,
+    "max({0}, 0.0)",
+    (lambda g, out, a: g * step(a),),
+    lambda sp, a: sp.Max(a, 0),
+    smooth=False,
+)
+# maximum/minimum split a tie evenly between both arguments, as PyTorch does.
+defop(
+    "maximum",
+    2,
+    _maximum,
+    "max({0}, {1})",
+    (
+        lambda g, out, a, b: g * (0.5 + 0.5 * sign(a - b)),
+        lambda g, out, a, b: g * (0.5 - 0.5 * sign(a - b)),
+    ),
+    "Max",
+    smooth=False,
+)
+defop(
+    "minimum",
+    2,
+    _minimum,
+    "min({0}, {1})",
+    (
+        lambda g, out, a, b: g * (0.5 - 0.5 * sign(a - b)),
+        lambda g, out, a, b: g * (0.5 + 0.5 * sign(a - b)),
+    ),
+    "Min",
+    smooth=False,
+)
+# Piecewise-constant helpers used by the rules above; their derivative is zero.
+defop(
+    "sign",
+    1,
+    _sign,
+    "(1.0 if {0} > 0.0 else (-1.0 if {0} < 0.0 else 0.0))",
+    (None,),
+    "sign",
+    smooth=False,
+)
+defop(
+    "step",
+    1,
+    _step,
+    "(1.0 if {0} > 0.0 else 0.0)",
+    (None,),
+    lambda sp, a: sp.Heaviside(a, 0),
+    smooth=False,
+)
+
+
+def _generic(name: str) -> Callable:
+    op = OPS[name]
+
+    def f(*args: Any) -> Any:
+        return apply(op, *args)
+
+    f.__name__ = name
+    f.__doc__ = f"Element-wise {name}: floats, Values and arrays of them."
+    return f
+
+
+add, sub, mul, div, pow, log, sqrt = (
+    _generic(n) for n in ("add", "sub", "mul", "div", "pow", "log", "sqrt")
+)
+sin, cos, sinh, cosh, sigmoid, sign, step = (
+    _generic(n) for n in ("sin", "cos", "sinh", "cosh", "sigmoid", "sign", "step")
+)

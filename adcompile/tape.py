@@ -1,0 +1,178 @@
+"""The tape: a flat SSA list of primitive operations in recording order.
+
+Recording order is already a topological order, so every pass over a tape is
+a plain loop: forward in order, reverse backwards. Nothing here recurses.
+The sweeps are generic: slots may hold floats (the interpreter, eager
+``backward``) or tracing Values (the reverse-mode transform records the
+adjoint as a new tape with the very same loop).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from .ops import Op
+
+# Leaves are not ops: an input slot takes the next argument, a constant slot
+# holds its float in ``Node.value``.
+INPUT = "input"
+CONST = "const"
+
+
+class Node(NamedTuple):
+    """One SSA statement: ``op`` applied to the slots ``args``."""
+
+    op: Op | str  # an Op, or INPUT / CONST for leaves
+    args: tuple[int, ...] = ()
+    value: float = 0.0  # a constant's value (unused otherwise)
+
+
+COMPARE: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+class Guard(NamedTuple):
+    """A comparison made while tracing: ``slot[a] cmp slot[b]`` was ``expected``."""
+
+    cmp: str
+    a: int
+    b: int
+    expected: bool
+    where: str = ""  # the user's source line that made the comparison
+
+    def holds(self, vals: Sequence[float]) -> bool:
+        return COMPARE[self.cmp](vals[self.a], vals[self.b]) == self.expected
+
+
+class Tape:
+    """A flat SSA program: nodes, which slots are inputs, outputs and guards."""
+
+    def __init__(
+        self,
+        nodes: list[Node],
+        inputs: list[int],
+        outputs: list[int],
+        guards: Sequence[Guard] = (),
+        names: Sequence[str] | None = None,
+        where: Sequence[str] | None = None,
+    ) -> None:
+        self.nodes = nodes
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.guards = list(guards)
+        self.names = list(names) if names is not None else [f"x{i}" for i in range(len(inputs))]
+        self.where = where  # per slot, the user's source line that recorded it
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def n_ops(self) -> int:
+        """How many primitive operations (leaves not counted)."""
+        return sum(1 for n in self.nodes if isinstance(n.op, Op))
+
+    def operand(self, i: int) -> str:
+        """How slot ``i`` reads as an operand: constants inline, the rest ``v{i}``."""
+        node = self.nodes[i]
+        return repr(node.value) if node.op == CONST else f"v{i}"
+
+    def statement(self, i: int) -> str:
+        """Slot ``i`` as one line of SSA text (``v5 = sin(v4)``)."""
+        node = self.nodes[i]
+        if node.op == INPUT:
+            return f"v{i} = input {self.names[self.inputs.index(i)]}"
+        if node.op == CONST:
+            return f"v{i} = {node.value!r}"
+        return f"v{i} = {node.op.name}({', '.join(self.operand(a) for a in node.args)})"
+
+    def __str__(self) -> str:
+        lines = [self.statement(i) for i, n in enumerate(self.nodes) if n.op != CONST]
+        for g in self.guards:
+            lines.append(f"guard {self.operand(g.a)} {g.cmp} {self.operand(g.b)} is {g.expected}")
+        lines.append("out " + ", ".join(self.operand(o) for o in self.outputs))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return (
+            f"<Tape: {len(self.inputs)} inputs, {self.n_ops} ops, "
+            f"{len(self.outputs)} outputs, {len(self.guards)} guards>"
+        )
+
+    # The stages after the tape are imported on use, so that importing the
+    # tape never pulls in Numba or SymPy.
+    def evaluate(self, *args: float) -> list[float]:
+        """The outputs, computed by the interpreter."""
+        from .interpret import evaluate
+
+        return evaluate(self, args)
+
+    def to_sympy(self) -> list:
+        """The outputs as SymPy expressions, in symbols named after the inputs."""
+        from .symbolic import tape_to_sympy
+
+        return tape_to_sympy(self)
+
+
+def active_slots(tape: Tape, wrt: Sequence[int]) -> list[bool]:
+    """Which slots depend on the slots ``wrt`` (the ones that need adjoints)."""
+    active = [False] * len(tape.nodes)
+    for i in wrt:
+        active[i] = True
+    for i, node in enumerate(tape.nodes):
+        if not active[i] and isinstance(node.op, Op):
+            active[i] = any(active[a] for a in node.args)
+    return active
+
+
+def forward_sweep(
+    tape: Tape, inputs: Sequence[Any], const: Callable[[float], Any] = float
+) -> list[Any]:
+    """Every slot's value, given the inputs (floats, or Values to record)."""
+    nodes = tape.nodes
+    vals: list[Any] = [None] * len(nodes)
+    for pos, i in enumerate(tape.inputs):
+        vals[i] = inputs[pos]
+    for i, node in enumerate(nodes):
+        op = node.op
+        if op == CONST:
+            vals[i] = const(node.value)
+        elif op != INPUT:
+            vals[i] = op(*[vals[a] for a in node.args])
+    return vals
+
+
+def reverse_sweep(
+    tape: Tape, vals: Sequence[Any], adj: list[Any], active: Sequence[bool]
+) -> list[Any]:
+    """Pull adjoints back through the tape; ``adj`` holds the seeds, ``None`` is zero.
+
+    ``vals`` and ``adj`` may hold floats or tracing Values: the loop is the
+    same, which is how the adjoint of a tape becomes a tape.
+    """
+    nodes = tape.nodes
+    for i in range(len(nodes) - 1, -1, -1):
+        g = adj[i]
+        if g is None or not active[i]:
+            continue
+        node = nodes[i]
+        op = node.op
+        if not isinstance(op, Op):
+            continue
+        args = node.args
+        argvals = [vals[a] for a in args]
+        for k, a in enumerate(args):
+            rule = op.vjp[k]
+            if rule is None or not active[a]:
+                continue
+            c = rule(g, vals[i], *argvals)
+            prev = adj[a]
+            adj[a] = c if prev is None else prev + c
+    return adj

@@ -1,0 +1,413 @@
+"""``Value``: the micrograd-compatible scalar that records what is done to it.
+
+A Value holds its op and its operands, nothing else: no closure that points
+back at the Value itself, so a dropped graph is freed by reference counting
+alone. ``backward()`` lays the graph out as a tape and runs the tape's
+reverse sweep. The same Values, made while tracing, become a tape for the
+compiler (``build_tape``); comparisons made then are kept as guards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import numbers
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from . import ops
+from .ops import OPS, Op
+from .tape import CONST, INPUT, Guard, Node, Tape, reverse_sweep
+
+_serial = itertools.count()
+_GRAD_ENABLED: ContextVar[bool] = ContextVar("adcompile_grad_enabled", default=True)
+_TRACE: ContextVar[TraceState | None] = ContextVar("adcompile_trace", default=None)
+
+
+class TraceState:
+    """What a trace collects besides the graph: the comparisons it made."""
+
+    def __init__(self) -> None:
+        self.guards: list[tuple[str, Value, Value, bool, str]] = []
+
+
+def _caller_line(depth: int = 2) -> str:
+    """``file:line`` of the first frame outside adcompile (the user's code)."""
+    f = sys._getframe(depth)
+    while f is not None and f.f_globals.get("__name__", "").startswith("adcompile."):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
+
+
+def _bad_operand(other: Any, what: str) -> TypeError:
+    return TypeError(
+        f"unsupported operand type for {what}: Value and {type(other).__name__!r}; "
+        "use a number (int or float) or an adcompile.Value"
+        + (" (convert text with float(...) first)" if isinstance(other, (str, bytes)) else "")
+    )
+
+
+def _as_float(x: Any) -> float:
+    if isinstance(x, numbers.Real) and not isinstance(x, Value):
+        return float(x)
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype != object:
+        return float(x.reshape(()))
+    raise TypeError(
+        f"Value() takes a real number, not {type(x).__name__!r}"
+        + ("; convert text with float(...) first" if isinstance(x, (str, bytes)) else "")
+        + (
+            "; a Value is already a Value: use it as it is, or v.detach()"
+            if isinstance(x, Value)
+            else ""
+        )
+    )
+
+
+class Value:
+    """A scalar that records the operations applied to it, as in micrograd."""
+
+    __slots__ = (
+        "data",
+        "grad",
+        "_fn",
+        "_prev",
+        "label",
+        "requires_grad",
+        "_serial",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        data: Any,
+        _children: Iterable[Value] = (),
+        _op: str = "",
+        label: str = "",
+        requires_grad: bool = True,
+    ) -> None:
+        self.data = data if type(data) is float else _as_float(data)
+        self.grad = 0.0
+        self._fn: Op | None = None
+        self._prev: tuple[Value, ...] = tuple(_children)
+        self.label = label
+        self.requires_grad = requires_grad
+        self._serial = next(_serial)
+
+    # -- recording ---------------------------------------------------------
+
+    @classmethod
+    def _apply(cls, op: Op, args: Sequence[Any]) -> Value:
+        """Apply ``op`` to Values and numbers: the result records its operands."""
+        vals = []
+        for a in args:
+            if type(a) is not Value:
+                if isinstance(a, numbers.Real) and not isinstance(a, Value):
+                    a = _const(a)
+                elif isinstance(a, Value):
+                    pass
+                else:
+                    raise _bad_operand(a, op.name)
+            vals.append(a)
+        data = op.eval(*[v.data for v in vals])
+        out = object.__new__(Value)
+        out.data = data
+        out.grad = 0.0
+        out.label = ""
+        out._serial = next(_serial)
+        if _GRAD_ENABLED.get() and any(v.requires_grad for v in vals):
+            out._fn = op
+            out._prev = tuple(vals)
+            out.requires_grad = True
+        else:
+            out._fn = None
+            out._prev = ()
+            out.requires_grad = False
+        return out
+
+    @property
+    def _op(self) -> str:
+        """micrograd's op label: ``'+'``, ``'*'``, ``'tanh'`` ... (``''`` for leaves)."""
+        fn = self._fn
+        return "" if fn is None else (fn.symbol or fn.name)
+
+    # -- operators ---------------------------------------------------------
+
+    def _binary(self, op: Op, other: Any, reflected: bool = False) -> Value:
+        if type(other) is not Value:
+            if isinstance(other, numbers.Real):
+                other = _const(other)
+            elif isinstance(other, Value):
+                pass
+            elif isinstance(other, (np.ndarray, list, tuple)):
+                return NotImplemented
+            else:
+                raise _bad_operand(other, op.symbol or op.name)
+        return Value._apply(op, (other, self) if reflected else (self, other))
+
+    def __add__(self, other: Any) -> Value:
+        return self._binary(_ADD, other)
+
+    def __radd__(self, other: Any) -> Value:
+        return self._binary(_ADD, other, True)
+
+    def __sub__(self, other: Any) -> Value:
+        return self._binary(_SUB, other)
+
+    def __rsub__(self, other: Any) -> Value:
+        return self._binary(_SUB, other, True)
+
+    def __mul__(self, other: Any) -> Value:
+        return self._binary(_MUL, other)
+
+    def __rmul__(self, other: Any) -> Value:
+        return self._binary(_MUL, other, True)
+
+    def __truediv__(self, other: Any) -> Value:
+        return self._binary(_DIV, other)
+
+    def __rtruediv__(self, other: Any) -> Value:
+        return self._binary(_DIV, other, True)
+
+    def __pow__(self, other: Any) -> Value:
+        return self._binary(_POW, other)
+
+    def __rpow__(self, other: Any) -> Value:
+        return self._binary(_POW, other, True)
+
+    def __neg__(self) -> Value:
+        return Value._apply(_NEG, (self,))
+
+    def __pos__(self) -> Value:
+        return self
+
+    def __abs__(self) -> Value:
+        return Value._apply(_ABS, (self,))
+
+    # -- comparisons: a bool from .data; while tracing, kept as a guard -----
+
+    def _compare(self, cmp: str, other: Any) -> bool:
+        if isinstance(other, Value):
+            b = other.data
+        elif isinstance(other, numbers.Real):
+            b = float(other)
+        else:
+            raise TypeError(
+                f"cannot compare a Value with {type(other).__name__!r} using {cmp!r}; "
+                "compare with a number or another Value"
+            )
+        result = bool(COMPARE_FLOATS[cmp](self.data, b))
+        state = _TRACE.get()
+        if state is not None:
+            rhs = other if isinstance(other, Value) else _const(b)
+            state.guards.append((cmp, self, rhs, result, _caller_line(3)))
+        return result
+
+    def __lt__(self, other: Any) -> bool:
+        return self._compare("<", other)
+
+    def __le__(self, other: Any) -> bool:
+        return self._compare("<=", other)
+
+    def __gt__(self, other: Any) -> bool:
+        return self._compare(">", other)
+
+    def __ge__(self, other: Any) -> bool:
+        return self._compare(">=", other)
+
+    # Equality stays identity, as in micrograd: Values live in sets and dicts.
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    # -- conversions -------------------------------------------------------
+
+    def _frozen(self, how: str) -> None:
+        if _TRACE.get() is not None:
+            raise TypeError(
+                f"{how} was called on a traced Value: it would freeze the value seen "
+                "while tracing into the compiled code. Keep it a Value: use the "
+                "adcompile functions (ad.sin(x), ad.exp(x) ...), NumPy ufuncs or "
+                "operators instead of math.* / float() / int() / round()"
+            )
+
+    def __float__(self) -> float:
+        self._frozen("float() (or a math.* function)")
+        return self.data
+
+    def __int__(self) -> int:
+        self._frozen("int()")
+        return int(self.data)
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        self._frozen("round()")
+        return round(self.data, ndigits)
+
+    def item(self) -> float:
+        """The value as a Python float."""
+        self._frozen("item()")
+        return self.data
+
+    def detach(self) -> Value:
+        """A new leaf with the same value that takes no gradient."""
+        return Value(self.data, requires_grad=False)
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"
+
+    def __getattr__(self, name: str) -> Any:
+        # user-defined unary ops become methods too (built-in ones are set below)
+        op = OPS.get(name)
+        if op is not None and op.arity == 1:
+            return lambda: Value._apply(op, (self,))
+        raise AttributeError(f"'Value' object has no attribute {name!r}")
+
+    # -- reverse mode ------------------------------------------------------
+
+    def backward(self, gradient: float = 1.0) -> None:
+        """Add d self / d v to ``v.grad`` for every Value ``v`` this one depends on.
+
+        Each call adds the same gradients again (PyTorch's ``retain_graph=True``).
+        """
+        order = topological_order([self])
+        index = {id(v): i for i, v in enumerate(order)}
+        nodes = [
+            Node(v._fn, tuple([index[id(p)] for p in v._prev]))
+            if v._fn is not None
+            else Node(CONST, (), v.data)
+            for v in order
+        ]
+        tape = Tape(nodes, [], [len(order) - 1])
+        adj: list[Any] = [None] * len(order)
+        adj[-1] = float(gradient)
+        reverse_sweep(tape, [v.data for v in order], adj, [v.requires_grad for v in order])
+        for v, g in zip(order, adj):
+            if g is not None:
+                v.grad += g
+
+
+def _const(x: Any) -> Value:
+    """A number used as an operand: a leaf that takes no gradient."""
+    v = object.__new__(Value)
+    v.data = float(x)
+    v.grad = 0.0
+    v._fn = None
+    v._prev = ()
+    v.label = ""
+    v.requires_grad = False
+    v._serial = next(_serial)
+    return v
+
+
+_ADD, _SUB, _MUL, _DIV, _POW, _NEG, _ABS = (
+    OPS[n] for n in ("add", "sub", "mul", "div", "pow", "neg", "abs")
+)
+
+COMPARE_FLOATS = {
+    "<": float.__lt__,
+    "<=": float.__le__,
+    ">": float.__gt__,
+    ">=": float.__ge__,
+}
+
+
+def _method(op: Op) -> Any:
+    def method(self: Value, *args: Any) -> Value:
+        return Value._apply(op, (self, *args))
+
+    method.__name__ = op.name
+    method.__doc__ = f"{op.name} of this Value (recorded)."
+    return method
+
+
+# Every op becomes a method named as NumPy's ufunc is (so np.sin(object_array)
+# calls v.sin()), except the ones Python operators already cover.
+for _op in OPS.values():
+    if _op.name not in ("add", "sub", "mul", "div", "pow", "neg"):
+        setattr(Value, _op.name, _method(_op))
+Value.absolute = Value.abs  # np.absolute's name
+
+
+def topological_order(roots: Iterable[Value]) -> list[Value]:
+    """Every Value the roots depend on, each after its operands (no recursion)."""
+    seen: dict[int, Value] = {}
+    stack = list(roots)
+    while stack:
+        v = stack.pop()
+        if id(v) not in seen:
+            seen[id(v)] = v
+            stack.extend(v._prev)
+    # creation order is a topological order: operands exist before results
+    return sorted(seen.values(), key=_serial_of)
+
+
+def _serial_of(v: Value) -> int:
+    return v._serial
+
+
+def build_tape(
+    outputs: Sequence[Value],
+    inputs: Sequence[Value],
+    guards: Sequence[tuple] = (),
+    names: Sequence[str] | None = None,
+) -> Tape:
+    """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape."""
+    roots = list(inputs) + list(outputs) + [g[i] for g in guards for i in (1, 2)]
+    order = topological_order(roots)
+    input_ids = {id(v) for v in inputs}
+    index: dict[int, int] = {}
+    nodes: list[Node] = []
+    for v in order:
+        if id(v) in input_ids:
+            node = Node(INPUT)
+        elif v._fn is None:
+            node = Node(CONST, (), v.data)
+        else:
+            node = Node(v._fn, tuple([index[id(p)] for p in v._prev]))
+        index[id(v)] = len(nodes)
+        nodes.append(node)
+    tape_guards = [
+        Guard(cmp, index[id(a)], index[id(b)], res, where)
+        for cmp, a, b, res, where in guards
+        if nodes[index[id(a)]].op != CONST or nodes[index[id(b)]].op != CONST
+    ]
+    return Tape(
+        nodes, [index[id(v)] for v in inputs], [index[id(v)] for v in outputs], tape_guards, names
+    )
+
+
+@contextlib.contextmanager
+def no_grad() -> Iterator[None]:
+    """Within this block operations record nothing (results are constants)."""
+    token = _GRAD_ENABLED.set(False)
+    try:
+        yield
+    finally:
+        _GRAD_ENABLED.reset(token)
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[TraceState]:
+    """Within this block comparisons on Values are recorded as guards."""
+    state = TraceState()
+    token = _TRACE.set(state)
+    try:
+        yield state
+    finally:
+        _TRACE.reset(token)
+
+
+def _function(op: Op) -> Any:
+    def f(*args: Any) -> Any:
+        return ops.apply(op, *args)
+
+    f.__name__ = op.name
+    f.__doc__ = (
+        f"Element-wise {op.name}: a float for floats, a Value for Values, an array for arrays."
+    )
+    return f
+
+
+FUNCTIONS = {name: _function(op) for name, op in OPS.items()}
