@@ -63,6 +63,9 @@ class Tape:
         guards: Sequence[Guard] = (),
         names: Sequence[str] | None = None,
         where: Sequence[str] | None = None,
+        slot_names: Sequence[str] | None = None,
+        blocks: Sequence[int] | None = None,
+        primal: Tape | None = None,
     ) -> None:
         self.nodes = nodes
         self.inputs = list(inputs)
@@ -70,6 +73,12 @@ class Tape:
         self.guards = list(guards)
         self.names = list(names) if names is not None else [f"x{i}" for i in range(len(inputs))]
         self.where = where  # per slot, the user's source line that recorded it
+        # A tape made by a transform names its slots after the slots of the tape
+        # it came from (``v3`` primal, ``b3`` its adjoint, ``t9`` a temporary),
+        # and ``blocks[j]`` is the primal slot whose adjoint slot ``j`` pulls back.
+        self.slot_names = list(slot_names) if slot_names is not None else None
+        self.blocks = list(blocks) if blocks is not None else None
+        self.primal = primal
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -79,19 +88,24 @@ class Tape:
         """How many primitive operations (leaves not counted)."""
         return sum(1 for n in self.nodes if isinstance(n.op, Op))
 
+    def name(self, i: int) -> str:
+        """The name of slot ``i`` (``v{i}`` unless a transform named it)."""
+        return self.slot_names[i] if self.slot_names is not None else f"v{i}"
+
     def operand(self, i: int) -> str:
-        """How slot ``i`` reads as an operand: constants inline, the rest ``v{i}``."""
+        """How slot ``i`` reads as an operand: constants inline, the rest by name."""
         node = self.nodes[i]
-        return repr(node.value) if node.op == CONST else f"v{i}"
+        return repr(node.value) if node.op == CONST else self.name(i)
 
     def statement(self, i: int) -> str:
         """Slot ``i`` as one line of SSA text (``v5 = sin(v4)``)."""
         node = self.nodes[i]
         if node.op == INPUT:
-            return f"v{i} = input {self.names[self.inputs.index(i)]}"
+            return f"{self.name(i)} = input {self.names[self.inputs.index(i)]}"
         if node.op == CONST:
-            return f"v{i} = {node.value!r}"
-        return f"v{i} = {node.op.name}({', '.join(self.operand(a) for a in node.args)})"
+            return f"{self.name(i)} = {node.value!r}"
+        args = ", ".join(self.operand(a) for a in node.args)
+        return f"{self.name(i)} = {node.op.name}({args})"
 
     def __str__(self) -> str:
         lines = [self.statement(i) for i, n in enumerate(self.nodes) if n.op != CONST]
@@ -150,12 +164,17 @@ def forward_sweep(
 
 
 def reverse_sweep(
-    tape: Tape, vals: Sequence[Any], adj: list[Any], active: Sequence[bool]
+    tape: Tape,
+    vals: Sequence[Any],
+    adj: list[Any],
+    active: Sequence[bool],
+    on_node: Callable[[int], None] | None = None,
 ) -> list[Any]:
     """Pull adjoints back through the tape; ``adj`` holds the seeds, ``None`` is zero.
 
     ``vals`` and ``adj`` may hold floats or tracing Values: the loop is the
-    same, which is how the adjoint of a tape becomes a tape.
+    same, which is how the adjoint of a tape becomes a tape. ``on_node(i)``,
+    if given, is called before slot ``i``'s adjoint is pulled back.
     """
     nodes = tape.nodes
     for i in range(len(nodes) - 1, -1, -1):
@@ -166,6 +185,8 @@ def reverse_sweep(
         op = node.op
         if not isinstance(op, Op):
             continue
+        if on_node is not None:
+            on_node(i)
         args = node.args
         argvals = [vals[a] for a in args]
         for k, a in enumerate(args):

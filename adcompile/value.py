@@ -347,15 +347,26 @@ def _serial_of(v: Value) -> int:
     return v._serial
 
 
+def graph_roots(
+    outputs: Sequence[Value], inputs: Sequence[Value], guards: Sequence[tuple] = ()
+) -> list[Value]:
+    """Everything a tape must hold: inputs, outputs and both sides of each guard."""
+    return list(inputs) + list(outputs) + [g[i] for g in guards for i in (1, 2)]
+
+
 def build_tape(
     outputs: Sequence[Value],
     inputs: Sequence[Value],
     guards: Sequence[tuple] = (),
     names: Sequence[str] | None = None,
+    order: list[Value] | None = None,
 ) -> Tape:
-    """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape."""
-    roots = list(inputs) + list(outputs) + [g[i] for g in guards for i in (1, 2)]
-    order = topological_order(roots)
+    """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape.
+
+    ``order`` is ``topological_order(graph_roots(...))`` when the caller has it.
+    """
+    if order is None:
+        order = topological_order(graph_roots(outputs, inputs, guards))
     input_ids = {id(v) for v in inputs}
     index: dict[int, int] = {}
     nodes: list[Node] = []

@@ -1,0 +1,372 @@
+"""Function transforms: ``trace``, ``grad``, ``value_and_grad``, ``jit``, ``show_code``.
+
+A transformed function traces ``f`` on its first call with a given argument
+structure, compiles the tape, and later runs the compiled code without
+calling ``f``. Comparisons ``f`` made on traced values are guards: a call
+whose inputs would take another branch traces ``f`` again, so the compiled
+code never answers for a branch it did not see.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import warnings
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .codegen import Param
+from .jit import Compiled
+from .reverse import grad_tape
+from .tape import COMPARE, Tape, forward_sweep
+from .value import Value, _const, build_tape, tracing
+
+#: How many specialisations (branch paths) one function keeps per argument shape.
+MAX_SPECIALISATIONS = 16
+
+
+class RetraceWarning(UserWarning):
+    """A transformed function keeps being traced again (new shapes or branches)."""
+
+
+# ------------------------------------------------------------------ arguments
+
+
+def _param_names(f: Callable, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for k in range(n):
+        if k < len(params) and params[k].kind in (
+            params[k].POSITIONAL_ONLY,
+            params[k].POSITIONAL_OR_KEYWORD,
+        ):
+            names.append(params[k].name)
+        else:
+            names.append(f"arg{k}")
+    return names
+
+
+def _fname(f: Callable) -> str:
+    return (
+        "".join(
+            ch if ch.isalnum() or ch == "_" else "_" for ch in getattr(f, "__name__", "f")
+        ).strip("_")
+        or "f"
+    )
+
+
+def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
+    """Each argument as a float or a flat float64 array, and the call's structure key."""
+    flat: list[Any] = []
+    key = []
+    for k, a in enumerate(args):
+        if type(a) is float:
+            flat.append(a)
+            key.append(None)
+        elif isinstance(a, np.ndarray) and a.dtype == np.float64:
+            flat.append(a.ravel())
+            key.append(a.shape)
+        elif isinstance(a, numbers.Real) and not isinstance(a, bool) and not isinstance(a, Value):
+            flat.append(float(a))
+            key.append(None)
+        elif isinstance(a, (np.ndarray, list, tuple)):
+            arr = np.asarray(a)
+            if arr.dtype.kind not in "fiub":
+                raise TypeError(
+                    f"argument {k} of {fname}() is an array of {arr.dtype}; pass numbers "
+                    "(a float or a NumPy float array)"
+                )
+            arr = np.ascontiguousarray(arr, dtype=np.float64)
+            flat.append(arr.ravel())
+            key.append(arr.shape)
+        else:
+            raise TypeError(
+                f"argument {k} of {fname}() has unsupported type {type(a).__name__!r}; "
+                "pass a Python number or a NumPy array of floats"
+            )
+    return flat, tuple(key)
+
+
+def _traced_inputs(
+    args: Sequence[Any], names: Sequence[str]
+) -> tuple[list[Any], list[Value], list[str]]:
+    """Tracing Values standing for the arguments (object arrays for arrays)."""
+    traced, inputs, input_names = [], [], []
+    for a, name in zip(args, names):
+        if isinstance(a, np.ndarray) and a.ndim > 0 or isinstance(a, (list, tuple)):
+            arr = np.asarray(a, dtype=np.float64)
+            vals = [Value(float(x)) for x in arr.ravel()]
+            obj = np.empty(arr.shape, dtype=object)
+            obj.ravel()[:] = vals if vals else []
+            for j in range(len(vals)):
+                vals[j].label = f"{name}_{j}"
+            traced.append(_as_tensor(obj))
+            inputs.extend(vals)
+            input_names.extend(f"{name}_{j}" for j in range(len(vals)))
+        else:
+            v = Value(float(np.asarray(a, dtype=np.float64)), label=name)
+            traced.append(v)
+            inputs.append(v)
+            input_names.append(name)
+    return traced, inputs, input_names
+
+
+def _as_tensor(obj: np.ndarray) -> np.ndarray:
+    try:
+        from .tensor import ValueArray
+    except ImportError:  # pragma: no cover - tensor.py is optional sugar
+        return obj
+    return obj.view(ValueArray)
+
+
+def _scalar_output(fname: str, out: Any) -> Value:
+    if isinstance(out, np.ndarray):
+        if out.size != 1:
+            raise TypeError(
+                f"{fname}() must return a scalar, but it returned an array of shape "
+                f"{out.shape}; reduce it first (for example with .sum() or a loss)"
+            )
+        out = out.reshape(-1)[0]
+    if isinstance(out, Value):
+        return out
+    if isinstance(out, numbers.Real) and not isinstance(out, bool):
+        return _const(float(out))
+    raise TypeError(
+        f"{fname}() must return a scalar (a Value or a number), but it returned "
+        f"{type(out).__name__!r}"
+    )
+
+
+def trace_call(f: Callable, args: Sequence[Any]) -> Tape:
+    """Call ``f`` once on tracing Values standing for ``args``; its tape."""
+    fname = _fname(f)
+    _flatten(fname, args)  # the same argument checks as a compiled call
+    names = _param_names(f, len(args))
+    traced, inputs, input_names = _traced_inputs(args, names)
+    with tracing() as state:
+        out = f(*traced)
+    y = _scalar_output(fname, out)
+    return build_tape([y], inputs, state.guards, input_names)
+
+
+def trace(f: Callable, *args: Any) -> Tape:
+    """The tape of ``f`` at ``args``: prints as SSA text, runs, compiles, goes to SymPy."""
+    if isinstance(f, Transformed):
+        f = f.fun
+    return trace_call(f, args)
+
+
+# ------------------------------------------------------------------ transforms
+
+
+class Specialisation:
+    """One compiled path of a function: its tape, code and output layout."""
+
+    def __init__(self, tape: Tape, compiled: Compiled, layout: list) -> None:
+        self.tape = tape
+        self.compiled = compiled
+        self.layout = layout  # per differentiated argument: (start, shape or None)
+
+
+class Transformed:
+    """``f`` under ``grad`` / ``value_and_grad`` / ``jit``: compiled per shape and path."""
+
+    def __init__(self, fun: Callable, argnums: int | Sequence[int] | None, mode: str) -> None:
+        if not callable(fun):
+            raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
+        self.fun = fun
+        self.mode = mode  # "grad", "value_and_grad" or "jit"
+        self.argnums = argnums
+        self._many = isinstance(argnums, (tuple, list))
+        self._specs: OrderedDict[tuple, list[Specialisation]] = OrderedDict()
+        self.traces = 0
+        self._warned = False
+        self._last: Specialisation | None = None
+        functools.update_wrapper(self, fun)
+
+    def _wrt(self, nargs: int) -> list[int]:
+        if self.mode == "jit":
+            return []
+        nums = list(self.argnums) if self._many else [self.argnums]
+        for k in nums:
+            if not isinstance(k, int) or not -nargs <= k < nargs:
+                raise ValueError(
+                    f"argnums={self.argnums!r} does not fit {_fname(self.fun)}() called "
+                    f"with {nargs} positional arguments"
+                )
+        return [k % nargs for k in nums]
+
+    def __call__(self, *args: Any) -> Any:
+        if any(
+            isinstance(a, Value) or isinstance(a, np.ndarray) and a.dtype == object for a in args
+        ):
+            return self._call_traced(args)
+        flat, key = _flatten(_fname(self.fun), args)
+        for spec in self._specs.get(key, ()):
+            ok, out = spec.compiled.call(*flat)
+            if ok:
+                self._last = spec
+                return self._unpack(spec, out)
+        spec = self._specialise(key, args)
+        ok, out = spec.compiled.call(*flat)
+        if not ok:  # the trace itself took these branches, so this cannot happen
+            raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
+        return self._unpack(spec, out)
+
+    def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        wrt = self._wrt(len(args))
+        tape = trace_call(self.fun, args)
+        self.traces += 1
+        if self.traces > MAX_SPECIALISATIONS and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{_fname(self.fun)}() has been traced {self.traces} times (new argument "
+                "shapes or new branches of its if/while on traced values); each trace "
+                "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
+                "instead of if",
+                RetraceWarning,
+                stacklevel=3,
+            )
+        # positions in tape.inputs of each differentiated argument's elements
+        layout, positions, start = [], [], 0
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        for k in wrt:
+            positions.extend(range(offsets[k], offsets[k + 1]))
+            layout.append((1 + start, key[k]))
+            start += sizes[k]
+        params = [
+            Param(n, None if s is None else sz)
+            for n, s, sz in zip(_unique_params(self.fun, len(args)), key, sizes)
+        ]
+        fname = _fname(self.fun)
+        if self.mode == "jit":
+            compiled = Compiled(
+                tape, params, f"{fname}_value", f"value of {fname} (generated by adcompile)"
+            )
+        else:
+            gtape = grad_tape(tape, wrt=positions)
+            compiled = Compiled(
+                gtape,
+                params,
+                f"{fname}_value_and_grad",
+                f"value and gradient of {fname} (generated by adcompile)",
+            )
+        spec = Specialisation(tape, compiled, layout)
+        specs = self._specs.setdefault(key, [])
+        specs.insert(0, spec)
+        del specs[MAX_SPECIALISATIONS:]
+        self._last = spec
+        return spec
+
+    def _unpack(self, spec: Specialisation, out: np.ndarray) -> Any:
+        value = float(out[0])
+        if self.mode == "jit":
+            return value
+        grads = []
+        for start, shape in spec.layout:
+            if shape is None:
+                grads.append(float(out[start]))
+            else:
+                size = int(np.prod(shape))
+                grads.append(out[start : start + size].reshape(shape))
+        g = tuple(grads) if self._many else grads[0]
+        return g if self.mode == "grad" else (value, g)
+
+    def _call_traced(self, args: Sequence[Any]) -> Any:
+        """Called on Values (under an outer transform, or eagerly): replay the tape
+        of value and gradient on those Values, so the result records as well."""
+        point = [
+            np.vectorize(lambda v: v.data if isinstance(v, Value) else v, otypes=[float])(a)
+            if isinstance(a, np.ndarray)
+            else (a.data if isinstance(a, Value) else a)
+            for a in args
+        ]
+        _, key = _flatten(_fname(self.fun), point)
+        wrt = self._wrt(len(args))
+        tape = trace_call(self.fun, point)
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        positions = [p for k in wrt for p in range(offsets[k], offsets[k + 1])]
+        gtape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
+        flat_in: list[Any] = []
+        for a in args:
+            flat_in.extend(
+                np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a]
+            )
+        vals = forward_sweep(gtape, flat_in, const=_const)
+        for g in gtape.guards:  # comparing Values records the guards in an outer trace
+            COMPARE[g.cmp](vals[g.a], vals[g.b])
+        outs = [vals[o] for o in gtape.outputs]
+        if self.mode == "jit":
+            return outs[0]
+        grads, k = [], 1
+        for idx in wrt:
+            shape = key[idx]
+            if shape is None:
+                grads.append(outs[k])
+                k += 1
+            else:
+                size = int(np.prod(shape))
+                arr = np.empty(size, dtype=object)
+                arr[:] = outs[k : k + size]
+                grads.append(_as_tensor(arr.reshape(shape)))
+                k += size
+        g = tuple(grads) if self._many else grads[0]
+        return g if self.mode == "grad" else (outs[0], g)
+
+    @property
+    def source(self) -> str:
+        """The generated source of the most recently used specialisation."""
+        if self._last is None:
+            raise AttributeError(
+                f"{_fname(self.fun)}() has not been compiled yet: call it once, or use "
+                "ad.show_code(f, *args)"
+            )
+        return self._last.compiled.source
+
+    def code_for(self, *args: Any) -> str:
+        """The generated source for these arguments (compiling if needed)."""
+        flat, key = _flatten(_fname(self.fun), args)
+        for spec in self._specs.get(key, ()):
+            if spec.compiled.call(*flat)[0]:
+                return spec.compiled.source
+        return self._specialise(key, args).compiled.source
+
+
+def _unique_params(f: Callable, n: int) -> list[str]:
+    names = _param_names(f, n)
+    reserved = {"out", "math"}
+    return [nm if nm not in reserved else f"{nm}_" for nm in names]
+
+
+def grad(fun: Callable, argnums: int | Sequence[int] = 0) -> Transformed:
+    """The gradient of scalar ``fun`` with respect to argument(s) ``argnums`` (as JAX)."""
+    return Transformed(fun, argnums, "grad")
+
+
+def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0) -> Transformed:
+    """``(fun(*args), grad(fun)(*args))`` in one compiled call (as JAX)."""
+    return Transformed(fun, argnums, "value_and_grad")
+
+
+def jit(fun: Callable) -> Transformed:
+    """``fun`` compiled: same value, no Python in the loop after the first call."""
+    return Transformed(fun, None, "jit")
+
+
+def show_code(f: Callable, *args: Any) -> str:
+    """The source adcompile generates for ``f`` at these arguments.
+
+    For a plain function, the value-and-gradient code (all arguments).
+    """
+    if not isinstance(f, Transformed):
+        f = value_and_grad(f, argnums=tuple(range(len(args))))
+    return f.code_for(*args)

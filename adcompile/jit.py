@@ -1,0 +1,165 @@
+"""Generated source -> Numba functions. The only module that imports Numba.
+
+Generated source is written to a real file in the cache directory, named by
+a hash of its text, and imported from there: tracebacks point at it, a user
+can open it, and Numba's disk cache (``cache=True``) lets a second process
+skip compilation. Large tapes run on one tape interpreter, generated from the
+op table and compiled once (then loaded from Numba's cache).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numba
+import numpy as np
+
+from .codegen import (
+    Param,
+    Program,
+    digest,
+    interpreter_source,
+    module_source,
+    straight_line,
+    to_program,
+)
+from .tape import Tape
+
+#: Tapes with more slots than this run on the tape interpreter instead of
+#: straight-line code (Numba needs about 1 ms per generated statement).
+STRAIGHT_LINE_LIMIT = 2500
+
+_lock = threading.Lock()
+_modules: dict[str, ModuleType] = {}
+
+
+def cache_dir() -> Path:
+    """Where generated source (and Numba's cache beside it) is kept.
+
+    ``ADCOMPILE_CACHE_DIR`` overrides the default ``~/.cache/adcompile``.
+    """
+    root = os.environ.get("ADCOMPILE_CACHE_DIR")
+    path = Path(root) if root else Path.home() / ".cache" / "adcompile"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def load_source(source: str, stem: str) -> ModuleType:
+    """Import ``source`` from a file in the cache directory named by its hash."""
+    key = f"{stem}_{digest(source)}"
+    with _lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            return mod
+        path = cache_dir() / f"{key}.py"
+        try:
+            same = path.read_text() == source
+        except (OSError, UnicodeDecodeError):
+            same = False
+        if not same:
+            _write_atomic(path, source)
+        name = f"adcompile_generated.{key}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        sys.modules[name] = mod
+        _modules[key] = mod
+        return mod
+
+
+def njit(fn: Callable) -> Callable:
+    """Numba-compile ``fn`` with NumPy's float semantics, cached on disk."""
+    return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
+
+
+class Compiled:
+    """A tape compiled to a function of flat float arguments.
+
+    Calling it with the arguments (floats, or flat float64 arrays, as in
+    ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
+    recorded while tracing does not hold for these inputs.
+    """
+
+    def __init__(
+        self,
+        tape: Tape,
+        params: Sequence[Param],
+        fname: str,
+        doc: str = "",
+        force: str | None = None,
+    ) -> None:
+        self.tape = tape
+        self.params = list(params)
+        self.n_out = len(tape.outputs)
+        kind = force or ("straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter")
+        self.kind = kind
+        if kind == "straight-line":
+            self.source = module_source([straight_line(tape, fname, params, doc)])
+            self._fn = njit(getattr(load_source(self.source, fname), fname))
+            self.call = self._call_straight
+        else:
+            self.program: Program = to_program(tape)
+            self.source = (
+                f"# {fname}: {len(tape)} slots, run on the compiled tape interpreter\n"
+                f"# (straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
+                "to compile); the tape:\n"
+                + "\n".join("# " + ln for ln in str(tape).split("\n"))
+                + "\n"
+            )
+            self._run, self._check = interpreter()
+            self.call = self._call_interpreter
+
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def _call_straight(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        ok = self._fn(*args, out)
+        return ok, out
+
+    def _call_interpreter(self, *args: Any) -> tuple[bool, np.ndarray]:
+        p = self.program
+        vals = p.init.copy()
+        vals[p.inputs] = (
+            np.concatenate([np.atleast_1d(np.asarray(a, np.float64)).ravel() for a in args])
+            if args
+            else []
+        )
+        self._run(p.opcodes, p.arg0, p.arg1, vals)
+        ok = self._check(p.guards, vals) if len(p.guards) else True
+        return ok, vals[p.outputs]
+
+
+_interpreters: dict[str, tuple[Callable, Callable]] = {}
+
+
+def interpreter() -> tuple[Callable, Callable]:
+    """The compiled tape interpreter for the current op table: ``(run, check)``."""
+    source = (
+        "# generated by adcompile: the tape interpreter\nimport math\n\n\n" + interpreter_source()
+    )
+    key = digest(source)
+    with _lock:
+        found = _interpreters.get(key)
+    if found is not None:
+        return found
+    mod = load_source(source, "interpreter")
+    found = (njit(mod.run), njit(mod.check))
+    with _lock:
+        _interpreters[key] = found
+    return found

@@ -1,0 +1,102 @@
+"""Tape-to-tape clean-ups: exact algebraic identities and dead-code removal."""
+
+from __future__ import annotations
+
+from .ops import OPS, Op
+from .tape import CONST, INPUT, Guard, Node, Tape
+
+_MUL, _ADD, _SUB, _DIV, _NEG, _POW = (OPS[n] for n in ("mul", "add", "sub", "div", "neg", "pow"))
+
+
+def _identity(node: Node, nodes: list[Node]) -> int | None:
+    """The operand slot this node equals exactly, if it is an identity."""
+    op, args = node.op, node.args
+
+    def const(k: int, value: float) -> bool:
+        n = nodes[args[k]]
+        return n.op == CONST and n.value == value
+
+    if op is _MUL:
+        if const(0, 1.0):
+            return args[1]
+        if const(1, 1.0):
+            return args[0]
+    elif op is _ADD:
+        if const(0, 0.0):
+            return args[1]
+        if const(1, 0.0):
+            return args[0]
+    elif op is _SUB or op is _DIV or op is _POW:
+        if const(1, 0.0 if op is _SUB else 1.0):
+            return args[0]
+    elif op is _NEG and nodes[args[0]].op is _NEG:
+        return nodes[args[0]].args[0]
+    return None
+
+
+def simplify(tape: Tape) -> Tape:
+    """Drop exact identities (``x * 1``, ``x + 0``, ``--x``), fold constants and
+    remove every slot that reaches no output or guard."""
+    nodes: list[Node] = []
+    alias: list[int] = []
+    for node in tape.nodes:
+        if isinstance(node.op, Op):
+            node = Node(node.op, tuple(alias[a] for a in node.args))
+            same = _identity(node, nodes)
+            if same is not None:
+                alias.append(same)
+                nodes.append(node)  # placeholder, dead after aliasing
+                continue
+            if all(nodes[a].op == CONST for a in node.args):
+                node = Node(CONST, (), node.op.eval(*(nodes[a].value for a in node.args)))
+        alias.append(len(nodes))
+        nodes.append(node)
+    outputs = [alias[o] for o in tape.outputs]
+    guards = [g._replace(a=alias[g.a], b=alias[g.b]) for g in tape.guards]
+    return prune(tape, nodes, outputs, guards)
+
+
+def prune(
+    tape: Tape,
+    nodes: list[Node] | None = None,
+    outputs: list[int] | None = None,
+    guards: list[Guard] | None = None,
+) -> Tape:
+    """The same tape without the slots that reach no output or guard."""
+    nodes = tape.nodes if nodes is None else nodes
+    outputs = tape.outputs if outputs is None else outputs
+    guards = tape.guards if guards is None else guards
+    live = [False] * len(nodes)
+    for i in list(outputs) + list(tape.inputs) + [s for g in guards for s in (g.a, g.b)]:
+        live[i] = True
+    for i in range(len(nodes) - 1, -1, -1):
+        if live[i]:
+            for a in nodes[i].args:
+                live[a] = True
+    new_index = [-1] * len(nodes)
+    kept: list[Node] = []
+    for i, node in enumerate(nodes):
+        if live[i]:
+            new_index[i] = len(kept)
+            kept.append(
+                node._replace(args=tuple(new_index[a] for a in node.args)) if node.args else node
+            )
+
+    def keep(per_slot: list | None) -> list | None:
+        return None if per_slot is None else [x for x, lv in zip(per_slot, live) if lv]
+
+    return Tape(
+        kept,
+        [new_index[i] for i in tape.inputs],
+        [new_index[o] for o in outputs],
+        [g._replace(a=new_index[g.a], b=new_index[g.b]) for g in guards],
+        tape.names,
+        where=keep(tape.where),
+        slot_names=keep(tape.slot_names),
+        blocks=keep(tape.blocks),
+        primal=tape.primal,
+    )
+
+
+def is_leaf(node: Node) -> bool:
+    return node.op == INPUT or node.op == CONST
