@@ -62,23 +62,33 @@ def _fname(f: Callable) -> str:
     )
 
 
+_F64 = np.dtype(np.float64)
+
+
+class _TracedArgs(Exception):
+    """Raised by _flatten when an argument is a Value (an outer trace, or eager use)."""
+
+
 def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
     """Each argument as a float or a flat float64 array, and the call's structure key."""
     flat: list[Any] = []
-    key = []
+    key: list[Any] = []
     for k, a in enumerate(args):
-        if type(a) is float:
+        t = type(a)
+        if t is float:
             flat.append(a)
             key.append(None)
-        elif isinstance(a, np.ndarray) and a.dtype == np.float64:
-            flat.append(a.ravel())
+        elif t is np.ndarray and (a.dtype is _F64 or a.dtype == _F64):
+            flat.append(a if a.ndim == 1 else a.ravel())
             key.append(a.shape)
-        elif isinstance(a, numbers.Real) and not isinstance(a, bool) and not isinstance(a, Value):
+        elif isinstance(a, Value) or t is np.ndarray and a.dtype == object:
+            raise _TracedArgs
+        elif isinstance(a, numbers.Real) and not isinstance(a, bool):
             flat.append(float(a))
             key.append(None)
         elif isinstance(a, (np.ndarray, list, tuple)):
             arr = np.asarray(a)
-            if arr.dtype.kind not in "fiub":
+            if arr.dtype.kind not in "fiu":
                 raise TypeError(
                     f"argument {k} of {fname}() is an array of {arr.dtype}; pass numbers "
                     "(a float or a NumPy float array)"
@@ -88,7 +98,7 @@ def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
             key.append(arr.shape)
         else:
             raise TypeError(
-                f"argument {k} of {fname}() has unsupported type {type(a).__name__!r}; "
+                f"argument {k} of {fname}() has unsupported type {t.__name__!r}; "
                 "pass a Python number or a NumPy array of floats"
             )
     return flat, tuple(key)
@@ -169,10 +179,44 @@ def trace(f: Callable, *args: Any) -> Tape:
 class Specialisation:
     """One compiled path of a function: its tape, code and output layout."""
 
-    def __init__(self, tape: Tape, compiled: Compiled, layout: list) -> None:
+    def __init__(
+        self, tape: Tape, compiled: Compiled, layout: list, mode: str, many: bool
+    ) -> None:
         self.tape = tape
         self.compiled = compiled
+        self.call = compiled.call
         self.layout = layout  # per differentiated argument: (start, shape or None)
+        self.unpack = _unpacker(layout, mode, many)
+
+
+def _unpacker(layout: list, mode: str, many: bool) -> Callable[[np.ndarray], Any]:
+    """out array -> what the transform returns (floats, arrays of the arguments' shapes)."""
+    if mode == "jit":
+        return lambda out: out.item(0)
+    if not many:  # the common cases, kept short: they run on every call
+        start, shape = layout[0]
+        if shape is None:
+            grad1 = lambda out: out.item(start)
+        elif len(shape) == 1:
+            grad1 = lambda out: out[start:]
+        else:
+            grad1 = lambda out: out[start:].reshape(shape)
+        if mode == "grad":
+            return grad1
+        return lambda out: (out.item(0), grad1(out))
+    parts = []
+    for start, shape in layout:
+        stop = start + (1 if shape is None else int(np.prod(shape)))
+        parts.append((start, stop, shape))
+
+    def grads(out: np.ndarray) -> tuple:
+        return tuple(
+            out.item(a) if shape is None else out[a:b].reshape(shape) for a, b, shape in parts
+        )
+
+    if mode == "grad":
+        return grads
+    return lambda out: (out.item(0), grads(out))
 
 
 class Transformed:
@@ -189,7 +233,8 @@ class Transformed:
         self.traces = 0
         self._warned = False
         self._last: Specialisation | None = None
-        functools.update_wrapper(self, fun)
+        self._name = _fname(fun)
+        functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
         if self.mode == "jit":
@@ -198,27 +243,30 @@ class Transformed:
         for k in nums:
             if not isinstance(k, int) or not -nargs <= k < nargs:
                 raise ValueError(
-                    f"argnums={self.argnums!r} does not fit {_fname(self.fun)}() called "
+                    f"argnums={self.argnums!r} does not fit {self._name}() called "
                     f"with {nargs} positional arguments"
                 )
         return [k % nargs for k in nums]
 
     def __call__(self, *args: Any) -> Any:
-        if any(
-            isinstance(a, Value) or isinstance(a, np.ndarray) and a.dtype == object for a in args
-        ):
+        try:
+            flat, key = _flatten(self._name, args)
+        except _TracedArgs:
             return self._call_traced(args)
-        flat, key = _flatten(_fname(self.fun), args)
         for spec in self._specs.get(key, ()):
-            ok, out = spec.compiled.call(*flat)
+            ok, out = spec.call(*flat)
             if ok:
                 self._last = spec
-                return self._unpack(spec, out)
+                return spec.unpack(out)
+        return self._miss(key, args, flat)
+
+    def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> Any:
+        """No specialisation fits these inputs: trace ``f`` again and compile."""
         spec = self._specialise(key, args)
-        ok, out = spec.compiled.call(*flat)
+        ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
-        return self._unpack(spec, out)
+        return spec.unpack(out)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         wrt = self._wrt(len(args))
@@ -227,7 +275,7 @@ class Transformed:
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
             self._warned = True
             warnings.warn(
-                f"{_fname(self.fun)}() has been traced {self.traces} times (new argument "
+                f"{self._name}() has been traced {self.traces} times (new argument "
                 "shapes or new branches of its if/while on traced values); each trace "
                 "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
                 "instead of if",
@@ -246,7 +294,7 @@ class Transformed:
             Param(n, None if s is None else sz)
             for n, s, sz in zip(_unique_params(self.fun, len(args)), key, sizes)
         ]
-        fname = _fname(self.fun)
+        fname = self._name
         if self.mode == "jit":
             compiled = Compiled(
                 tape, params, f"{fname}_value", f"value of {fname} (generated by adcompile)"
@@ -259,26 +307,12 @@ class Transformed:
                 f"{fname}_value_and_grad",
                 f"value and gradient of {fname} (generated by adcompile)",
             )
-        spec = Specialisation(tape, compiled, layout)
+        spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
         del specs[MAX_SPECIALISATIONS:]
         self._last = spec
         return spec
-
-    def _unpack(self, spec: Specialisation, out: np.ndarray) -> Any:
-        value = float(out[0])
-        if self.mode == "jit":
-            return value
-        grads = []
-        for start, shape in spec.layout:
-            if shape is None:
-                grads.append(float(out[start]))
-            else:
-                size = int(np.prod(shape))
-                grads.append(out[start : start + size].reshape(shape))
-        g = tuple(grads) if self._many else grads[0]
-        return g if self.mode == "grad" else (value, g)
 
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (under an outer transform, or eagerly): replay the tape
@@ -289,7 +323,7 @@ class Transformed:
             else (a.data if isinstance(a, Value) else a)
             for a in args
         ]
-        _, key = _flatten(_fname(self.fun), point)
+        _, key = _flatten(self._name, point)
         wrt = self._wrt(len(args))
         tape = trace_call(self.fun, point)
         sizes = [1 if s is None else int(np.prod(s)) for s in key]
@@ -327,16 +361,16 @@ class Transformed:
         """The generated source of the most recently used specialisation."""
         if self._last is None:
             raise AttributeError(
-                f"{_fname(self.fun)}() has not been compiled yet: call it once, or use "
+                f"{self._name}() has not been compiled yet: call it once, or use "
                 "ad.show_code(f, *args)"
             )
         return self._last.compiled.source
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""
-        flat, key = _flatten(_fname(self.fun), args)
+        flat, key = _flatten(self._name, args)
         for spec in self._specs.get(key, ()):
-            if spec.compiled.call(*flat)[0]:
+            if spec.call(*flat)[0]:
                 return spec.compiled.source
         return self._specialise(key, args).compiled.source
 

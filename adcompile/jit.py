@@ -38,6 +38,7 @@ from .tape import Tape
 STRAIGHT_LINE_LIMIT = 2500
 
 _lock = threading.Lock()
+_empty = np.empty
 _modules: dict[str, ModuleType] = {}
 
 
@@ -128,9 +129,8 @@ class Compiled:
         return self.call(*args)
 
     def _call_straight(self, *args: Any) -> tuple[bool, np.ndarray]:
-        out = np.empty(self.n_out)
-        ok = self._fn(*args, out)
-        return ok, out
+        out = _empty(self.n_out)
+        return self._fn(*args, out), out
 
     def _call_interpreter(self, *args: Any) -> tuple[bool, np.ndarray]:
         p = self.program
