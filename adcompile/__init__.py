@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from .ops import OPS, Op
 from .tape import Guard, Node, Tape
-from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad
-from .value import FUNCTIONS, Value, no_grad
+from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
+
+# The module adcompile.jit is shadowed by the transform ad.jit, imported last.
+from .jit import CacheWarning, CompileError, cache_dir, clear_cache  # isort: skip
+from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
 
 # ad.exp, ad.sin, ad.relu ...: one function per op, for floats, Values and arrays.
 globals().update(FUNCTIONS)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "OPS", "Op", "Guard", "Node", "Tape", "Value", "NonFiniteError", "debug_nans", "no_grad",
+    "CacheWarning", "CompileError", "cache_dir", "clear_cache", "RetraceWarning", "grad", "jit",
+    "show_code", "trace", "value_and_grad", *FUNCTIONS,
+]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
+import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -20,10 +21,11 @@ from typing import Any
 import numpy as np
 
 from .codegen import Param
+from .interpret import first_nonfinite
 from .jit import Compiled
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
-from .value import Value, _const, build_tape, tracing
+from .value import Value, _const, build_tape, debug_nans_enabled, nonfinite_error, tracing
 
 #: How many specialisations (branch paths) one function keeps per argument shape.
 MAX_SPECIALISATIONS = 16
@@ -163,7 +165,7 @@ def trace_call(f: Callable, args: Sequence[Any]) -> Tape:
     with tracing() as state:
         out = f(*traced)
     y = _scalar_output(fname, out)
-    return build_tape([y], inputs, state.guards, input_names)
+    return build_tape([y], inputs, state.guards, input_names, where=state.where)
 
 
 def trace(f: Callable, *args: Any) -> Tape:
@@ -222,7 +224,13 @@ def _unpacker(layout: list, mode: str, many: bool) -> Callable[[np.ndarray], Any
 class Transformed:
     """``f`` under ``grad`` / ``value_and_grad`` / ``jit``: compiled per shape and path."""
 
-    def __init__(self, fun: Callable, argnums: int | Sequence[int] | None, mode: str) -> None:
+    def __init__(
+        self,
+        fun: Callable,
+        argnums: int | Sequence[int] | None,
+        mode: str,
+        debug_nans: bool = False,
+    ) -> None:
         if not callable(fun):
             raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
         self.fun = fun
@@ -234,6 +242,8 @@ class Transformed:
         self._warned = False
         self._last: Specialisation | None = None
         self._name = _fname(fun)
+        self.debug_nans = debug_nans
+        self._lock = threading.Lock()
         functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
@@ -256,17 +266,45 @@ class Transformed:
         for spec in self._specs.get(key, ()):
             ok, out = spec.call(*flat)
             if ok:
-                self._last = spec
-                return spec.unpack(out)
-        return self._miss(key, args, flat)
+                break
+        else:
+            spec, out = self._miss(key, args, flat)
+        self._last = spec
+        if (self.debug_nans or debug_nans_enabled()) and not np.isfinite(out).all():
+            self._raise_nonfinite(spec, flat)
+        return spec.unpack(out)
 
-    def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> Any:
+    def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: trace ``f`` again and compile."""
-        spec = self._specialise(key, args)
+        with self._lock:
+            spec = self._specialise(key, args)
         ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
-        return spec.unpack(out)
+        return spec, out
+
+    def _raise_nonfinite(self, spec: Specialisation, flat: list) -> None:
+        """Find the first primitive that made nan/inf from finite inputs, and name it."""
+        point = np.concatenate([np.atleast_1d(a) for a in flat]) if flat else []
+        hit = first_nonfinite(spec.tape, point)
+        if hit is not None:
+            i, vals = hit
+            node = spec.tape.nodes[i]
+            where = spec.tape.where[i] if spec.tape.where else "?"
+            raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[i], where)
+        gtape = spec.compiled.tape
+        hit = first_nonfinite(gtape, point)
+        if hit is None:  # non-finite inputs: nothing was made non-finite here
+            return
+        j, vals = hit
+        node = gtape.nodes[j]
+        block = gtape.blocks[j] if gtape.blocks else -1
+        primal = gtape.primal
+        context, where = "", "?"
+        if primal is not None and block >= 0:
+            context = f" in the derivative of {primal.statement(block)}"
+            where = primal.where[block] if primal.where else "?"
+        raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         wrt = self._wrt(len(args))
@@ -381,19 +419,27 @@ def _unique_params(f: Callable, n: int) -> list[str]:
     return [nm if nm not in reserved else f"{nm}_" for nm in names]
 
 
-def grad(fun: Callable, argnums: int | Sequence[int] = 0) -> Transformed:
-    """The gradient of scalar ``fun`` with respect to argument(s) ``argnums`` (as JAX)."""
-    return Transformed(fun, argnums, "grad")
+def grad(
+    fun: Callable, argnums: int | Sequence[int] = 0, *, debug_nans: bool = False
+) -> Transformed:
+    """The gradient of scalar ``fun`` with respect to argument(s) ``argnums`` (as JAX).
+
+    ``debug_nans=True`` raises NonFiniteError naming the first primitive that made
+    nan or inf from finite inputs (as inside ``with ad.debug_nans():``).
+    """
+    return Transformed(fun, argnums, "grad", debug_nans)
 
 
-def value_and_grad(fun: Callable, argnums: int | Sequence[int] = 0) -> Transformed:
+def value_and_grad(
+    fun: Callable, argnums: int | Sequence[int] = 0, *, debug_nans: bool = False
+) -> Transformed:
     """``(fun(*args), grad(fun)(*args))`` in one compiled call (as JAX)."""
-    return Transformed(fun, argnums, "value_and_grad")
+    return Transformed(fun, argnums, "value_and_grad", debug_nans)
 
 
-def jit(fun: Callable) -> Transformed:
+def jit(fun: Callable, *, debug_nans: bool = False) -> Transformed:
     """``fun`` compiled: same value, no Python in the loop after the first call."""
-    return Transformed(fun, None, "jit")
+    return Transformed(fun, None, "jit", debug_nans)
 
 
 def show_code(f: Callable, *args: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from .tape import CONST, INPUT, Tape, active_slots, reverse_sweep
@@ -45,3 +46,17 @@ def value_and_grad(
     adj[out] = 1.0
     reverse_sweep(tape, vals, adj, active_slots(tape, tape.inputs))
     return vals[out], [0.0 if adj[i] is None else adj[i] for i in tape.inputs]
+
+
+def first_nonfinite(tape: Tape, args: Sequence[float]) -> tuple[int, list[float]] | None:
+    """The first slot whose op made nan or inf from finite operands, and all values."""
+    vals = values(tape, args)
+    for i, node in enumerate(tape.nodes):
+        if (
+            node.op != CONST
+            and node.op != INPUT
+            and not math.isfinite(vals[i])
+            and all(math.isfinite(vals[a]) for a in node.args)
+        ):
+            return i, vals
+    return None

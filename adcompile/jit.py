@@ -14,6 +14,7 @@ import os
 import sys
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -71,8 +72,15 @@ def load_source(source: str, stem: str) -> ModuleType:
         try:
             same = path.read_text() == source
         except (OSError, UnicodeDecodeError):
-            same = False
+            same = None if not path.exists() else False
         if not same:
+            if same is False:
+                warnings.warn(
+                    f"adcompile: cache file {path} was corrupt or not ours; rebuilt it",
+                    CacheWarning,
+                    stacklevel=3,
+                )
+                _remove_numba_cache(path)
             _write_atomic(path, source)
         name = f"adcompile_generated.{key}"
         spec = importlib.util.spec_from_file_location(name, path)
@@ -83,9 +91,66 @@ def load_source(source: str, stem: str) -> ModuleType:
         return mod
 
 
+class CacheWarning(UserWarning):
+    """A file in adcompile's on-disk cache was damaged and has been rebuilt."""
+
+
+class CompileError(RuntimeError):
+    """Numba could not compile code that adcompile generated (a bug in adcompile)."""
+
+
 def njit(fn: Callable) -> Callable:
     """Numba-compile ``fn`` with NumPy's float semantics, cached on disk."""
     return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
+
+
+def _remove_numba_cache(source_path: Path) -> None:
+    for f in (source_path.parent / "__pycache__").glob(source_path.stem + ".*"):
+        f.unlink(missing_ok=True)
+
+
+def compile_now(fn: Callable, signature: Any) -> Callable:
+    """Compile ``fn`` for ``signature`` now (or load it from Numba's disk cache).
+
+    A damaged cache entry is removed and rebuilt with a warning; a compilation
+    failure becomes a CompileError that keeps Numba's message as its cause.
+    """
+    dispatcher = njit(fn)
+    try:
+        dispatcher.compile(signature)
+        return dispatcher
+    except numba.core.errors.NumbaError as e:
+        raise CompileError(
+            f"Numba could not compile the code adcompile generated for {fn.__name__} "
+            "(this is a bug in adcompile; please report it with the source in "
+            f"{fn.__code__.co_filename})"
+        ) from e
+    except Exception:  # a damaged cache index or data file
+        warnings.warn(
+            f"adcompile: Numba's cache for {fn.__code__.co_filename} was damaged; rebuilt it",
+            CacheWarning,
+            stacklevel=3,
+        )
+        _remove_numba_cache(Path(fn.__code__.co_filename))
+        dispatcher = njit(fn)
+        dispatcher.compile(signature)
+        return dispatcher
+
+
+def clear_cache() -> int:
+    """Delete every file in the cache directory; how many were deleted."""
+    n = 0
+    with _lock:
+        root = cache_dir()
+        for f in sorted(root.rglob("*"), reverse=True):
+            if f.is_file():
+                f.unlink(missing_ok=True)
+                n += 1
+            elif f.is_dir():
+                f.rmdir()
+        _modules.clear()
+        _interpreters.clear()
+    return n
 
 
 class Compiled:
@@ -111,7 +176,9 @@ class Compiled:
         self.kind = kind
         if kind == "straight-line":
             self.source = module_source([straight_line(tape, fname, params, doc)])
-            self._fn = njit(getattr(load_source(self.source, fname), fname))
+            f64, arr = numba.types.float64, numba.types.float64[::1]
+            sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
+            self._fn = compile_now(getattr(load_source(self.source, fname), fname), sig)
             self.call = self._call_straight
         else:
             self.program: Program = to_program(tape)
@@ -159,7 +226,11 @@ def interpreter() -> tuple[Callable, Callable]:
     if found is not None:
         return found
     mod = load_source(source, "interpreter")
-    found = (njit(mod.run), njit(mod.check))
+    i64, f64 = numba.types.int64[::1], numba.types.float64[::1]
+    found = (
+        compile_now(mod.run, numba.types.none(i64, i64, i64, f64)),
+        compile_now(mod.check, numba.types.boolean(numba.types.int64[:, ::1], f64)),
+    )
     with _lock:
         _interpreters[key] = found
     return found

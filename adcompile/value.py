@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import numbers
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -24,21 +25,56 @@ from .ops import OPS, Op
 from .tape import CONST, INPUT, Guard, Node, Tape, reverse_sweep
 
 _serial = itertools.count()
-_GRAD_ENABLED: ContextVar[bool] = ContextVar("adcompile_grad_enabled", default=True)
-_TRACE: ContextVar[TraceState | None] = ContextVar("adcompile_trace", default=None)
 
 
 class TraceState:
-    """What a trace collects besides the graph: the comparisons it made."""
+    """What a trace collects besides the graph: its comparisons and source lines."""
 
     def __init__(self) -> None:
         self.guards: list[tuple[str, Value, Value, bool, str]] = []
+        self.where: dict[int, str] = {}  # Value serial -> the user's line that made it
+
+
+class NonFiniteError(FloatingPointError):
+    """Under ``debug_nans``: a primitive made nan or inf from finite inputs."""
+
+
+class Mode(NamedTuple):
+    """Per-context settings (each thread and task has its own)."""
+
+    grad: bool = True  # record operations (False inside no_grad)
+    trace: TraceState | None = None  # set while a transform traces a function
+    nans: bool = False  # raise NonFiniteError at the first nan/inf
+
+
+_MODE: ContextVar[Mode] = ContextVar("adcompile_mode", default=Mode())  # noqa: B039 (immutable)
+
+
+def debug_nans_enabled() -> bool:
+    """Whether ``debug_nans`` is on in this context."""
+    return _MODE.get().nans
+
+
+def nonfinite_error(
+    op: Op, inputs: Sequence[float], result: float, where: str, context: str = ""
+) -> NonFiniteError:
+    """The error ``debug_nans`` raises, naming the op, its inputs and the user's line."""
+    args = ", ".join(repr(x) for x in inputs)
+    return NonFiniteError(
+        f"{op.name}({args}) = {result!r}{context} at {where}: the first non-finite value "
+        "made from finite inputs. Check the inputs against the op's domain (for example "
+        "log or sqrt of a negative number, division by zero, exp overflow); outside "
+        "ad.debug_nans() such values follow NumPy (nan/inf) without an error"
+    )
+
+
+_LIBRARY_FRAMES = ("adcompile.", "numpy.")
 
 
 def _caller_line(depth: int = 2) -> str:
     """``file:line`` of the first frame outside adcompile (the user's code)."""
     f = sys._getframe(depth)
-    while f is not None and f.f_globals.get("__name__", "").startswith("adcompile."):
+    while f is not None and f.f_globals.get("__name__", "").startswith(_LIBRARY_FRAMES):
         f = f.f_back
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
 
@@ -118,7 +154,13 @@ class Value:
         out.grad = 0.0
         out.label = ""
         out._serial = next(_serial)
-        if _GRAD_ENABLED.get() and any(v.requires_grad for v in vals):
+        mode = _MODE.get()
+        if mode is not _DEFAULT_MODE:
+            if mode.nans and not math.isfinite(data) and all(math.isfinite(v.data) for v in vals):
+                raise nonfinite_error(op, [v.data for v in vals], data, _caller_line())
+            if mode.trace is not None:
+                mode.trace.where[out._serial] = _caller_line()
+        if mode.grad and any(v.requires_grad for v in vals):
             out._fn = op
             out._prev = tuple(vals)
             out.requires_grad = True
@@ -200,7 +242,7 @@ class Value:
                 "compare with a number or another Value"
             )
         result = bool(COMPARE_FLOATS[cmp](self.data, b))
-        state = _TRACE.get()
+        state = _MODE.get().trace
         if state is not None:
             rhs = other if isinstance(other, Value) else _const(b)
             state.guards.append((cmp, self, rhs, result, _caller_line(3)))
@@ -225,7 +267,7 @@ class Value:
     # -- conversions -------------------------------------------------------
 
     def _frozen(self, how: str) -> None:
-        if _TRACE.get() is not None:
+        if _MODE.get().trace is not None:
             raise TypeError(
                 f"{how} was called on a traced Value: it would freeze the value seen "
                 "while tracing into the compiled code. Keep it a Value: use the "
@@ -360,6 +402,7 @@ def build_tape(
     guards: Sequence[tuple] = (),
     names: Sequence[str] | None = None,
     order: list[Value] | None = None,
+    where: dict[int, str] | None = None,
 ) -> Tape:
     """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape.
 
@@ -385,29 +428,46 @@ def build_tape(
         if nodes[index[id(a)]].op != CONST or nodes[index[id(b)]].op != CONST
     ]
     return Tape(
-        nodes, [index[id(v)] for v in inputs], [index[id(v)] for v in outputs], tape_guards, names
+        nodes,
+        [index[id(v)] for v in inputs],
+        [index[id(v)] for v in outputs],
+        tape_guards,
+        names,
+        where=None if where is None else [where.get(v._serial, "") for v in order],
     )
 
 
+_DEFAULT_MODE = _MODE.get()
+
+
 @contextlib.contextmanager
-def no_grad() -> Iterator[None]:
-    """Within this block operations record nothing (results are constants)."""
-    token = _GRAD_ENABLED.set(False)
+def _mode(**changes: Any) -> Iterator[Mode]:
+    token = _MODE.set(_MODE.get()._replace(**changes))
     try:
-        yield
+        yield _MODE.get()
     finally:
-        _GRAD_ENABLED.reset(token)
+        _MODE.reset(token)
+
+
+def no_grad() -> contextlib.AbstractContextManager:
+    """Within this block operations record nothing (results are constants)."""
+    return _mode(grad=False)
+
+
+def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager:
+    """Within this block the first nan/inf made from finite inputs raises NonFiniteError.
+
+    Applies to Value operations and to compiled functions alike.
+    """
+    return _mode(nans=enabled)
 
 
 @contextlib.contextmanager
 def tracing() -> Iterator[TraceState]:
     """Within this block comparisons on Values are recorded as guards."""
     state = TraceState()
-    token = _TRACE.set(state)
-    try:
+    with _mode(trace=state, grad=True):
         yield state
-    finally:
-        _TRACE.reset(token)
 
 
 def _function(op: Op) -> Any:
