@@ -1,0 +1,223 @@
+"""NaN debugging, on-disk cache damage, threads and memory."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import math
+import os
+import subprocess
+import sys
+import threading
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import adcompile as ad
+
+jit_mod = importlib.import_module("adcompile.jit")
+
+
+# ---------------------------------------------------------------- debug_nans
+
+
+def test_debug_nans_eager_names_op_inputs_and_line():
+    x = ad.Value(-1.0)
+    with pytest.raises(ad.NonFiniteError, match=r"log\(-2\.0\) = nan at .*test_reliability") as e:
+        with ad.debug_nans():
+            ad.log(x * 2)
+    assert isinstance(e.value, FloatingPointError)
+    # outside the block NumPy semantics stay
+    assert math.isnan(ad.log(x * 2).data)
+    # a nan that comes from a nan input is not "made" here
+    with ad.debug_nans():
+        assert math.isnan((ad.Value(math.nan) + 1).data)
+
+
+def test_debug_nans_compiled_primal_and_adjoint():
+    def f(x, y):
+        return ad.sqrt(x * y - 3.0) + ad.log(x)
+
+    g = ad.grad(f, debug_nans=True)
+    assert g(2.0, 2.0) == pytest.approx(0.5 * 2 / 1.0 + 0.5)  # finite: no error
+    with pytest.raises(ad.NonFiniteError, match=r"sqrt\(-1\.0\) = nan .*test_reliability"):
+        g(1.0, 2.0)
+    # finite value, infinite derivative: named in the adjoint, with the primal statement
+    with pytest.raises(ad.NonFiniteError, match=r"derivative of v1 = sqrt\(v0\)"):
+        ad.grad(ad.sqrt, debug_nans=True)(0.0)
+    # the same as a context, and no error without it
+    assert math.isnan(ad.grad(f)(1.0, 2.0))
+    with ad.debug_nans(), pytest.raises(ad.NonFiniteError):
+        ad.grad(f)(1.0, 2.0)
+
+
+# ---------------------------------------------------------------- on-disk cache
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit_mod, "_modules", {})
+    return tmp_path
+
+
+def _files(root: Path, pattern: str) -> list[Path]:
+    return sorted(root.rglob(pattern))
+
+
+@pytest.mark.parametrize("damage", ["source", "index", "truncated-data"])
+def test_damaged_cache_file_is_rebuilt_with_warning(fresh_cache, damage):
+    def f(x):
+        return x * ad.sin(x)
+
+    expected = math.sin(1.0) + math.cos(1.0)
+    assert ad.grad(f)(1.0) == pytest.approx(expected)
+    jit_mod._modules.clear()
+    if damage == "source":
+        targets = _files(fresh_cache, "f_value_and_grad_*.py")
+    elif damage == "index":
+        targets = _files(fresh_cache, "*.nbi")
+    else:
+        targets = _files(fresh_cache, "*.nbc")
+    assert targets
+    for p in targets:
+        p.write_bytes(os.urandom(7) if damage != "source" else b"garbage(")
+    with pytest.warns(ad.CacheWarning, match="rebuilt"):
+        assert ad.grad(f)(1.0) == pytest.approx(expected)
+
+
+def test_clear_cache_and_configurable_directory(fresh_cache):
+    ad.grad(lambda x: x * x)(1.0)
+    assert ad.cache_dir() == fresh_cache
+    assert ad.clear_cache() > 0
+    assert not _files(fresh_cache, "*.py")
+    assert ad.grad(lambda x: x * x * x)(2.0) == 12.0  # works again after clearing
+
+
+def test_two_processes_compile_the_same_function_at_once(tmp_path):
+    script = (
+        "import adcompile as ad\n"
+        "f = ad.value_and_grad(lambda x: ad.tanh(x) * x ** 3)\n"
+        "v, g = f(0.7)\n"
+        "print(repr(g))\n"
+    )
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    t = math.tanh(0.7)
+    expected = (1 - t * t) * 0.7**3 + t * 3 * 0.7**2
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err
+        assert float(out) == pytest.approx(expected, rel=1e-14)
+
+
+# ---------------------------------------------------------------- threads
+
+
+def test_tracing_in_two_threads_keeps_tapes_apart():
+    barrier = threading.Barrier(2, timeout=30)
+    results = {}
+
+    def f(x):
+        y = x * x
+        barrier.wait()  # both threads are now tracing at once
+        if y > 1.0:
+            y = y * 3.0
+        barrier.wait()
+        return y + x
+
+    def g(x):
+        y = ad.sin(x)
+        barrier.wait()
+        barrier.wait()
+        return y
+
+    def run(name, fun, x):
+        results[name] = ad.trace(fun, x)
+
+    threads = [
+        threading.Thread(target=run, args=("f", f, 2.0)),
+        threading.Thread(target=run, args=("g", g, 0.5)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results["f"].guards) == 1 and len(results["g"].guards) == 0
+    assert results["f"].evaluate(2.0)[0] == pytest.approx(14.0)
+    assert results["g"].evaluate(0.5)[0] == pytest.approx(math.sin(0.5))
+
+
+def test_compiled_function_called_from_several_threads():
+    vg = ad.value_and_grad(lambda x: np.sum(x * x * x))
+    vg(np.ones(4))
+    errors = []
+
+    def worker(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(300):
+            x = rng.normal(size=4)
+            v, g = vg(x)
+            if not (np.isclose(v, np.sum(x**3)) and np.allclose(g, 3 * x * x)):
+                errors.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+# ---------------------------------------------------------------- memory
+
+
+def _peak_growth(step, n: int) -> int:
+    """Bytes still allocated after n more steps, compared with after a warm-up."""
+    for _ in range(200):
+        step()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        for _ in range(n):
+            step()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_flat_over_eager_training_steps():
+    w = [ad.Value(0.5), ad.Value(-0.3)]
+
+    def step():
+        loss = (ad.tanh(w[0] * 1.5 + w[1]) - 0.2) ** 2
+        for p in w:
+            p.grad = 0.0
+        loss.backward()
+        for p in w:
+            p.data -= 0.01 * p.grad
+
+    assert _peak_growth(step, 10_000) < 200_000
+
+
+def test_memory_flat_over_compiled_calls():
+    vg = ad.value_and_grad(lambda x: np.sum(ad.tanh(x) * x))
+    x = np.linspace(-1, 1, 8)
+
+    def step():
+        vg(x)
+
+    assert _peak_growth(step, 10_000) < 200_000
