@@ -36,7 +36,7 @@ from .tape import Tape
 
 #: Tapes with more slots than this run on the tape interpreter instead of
 #: straight-line code (Numba needs about 1 ms per generated statement).
-STRAIGHT_LINE_LIMIT = 2500
+STRAIGHT_LINE_LIMIT = 1000
 
 _lock = threading.Lock()
 _empty = np.empty
