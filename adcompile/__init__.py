@@ -9,6 +9,7 @@ from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 # The module adcompile.jit is shadowed by the transform ad.jit, imported last.
 from .jit import CacheWarning, CompileError, cache_dir, clear_cache  # isort: skip
 from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
+from .step import compile_loss  # isort: skip
 
 # ad.exp, ad.sin, ad.relu ...: one function per op, for floats, Values and arrays.
 globals().update(FUNCTIONS)
@@ -18,5 +19,5 @@ __version__ = "0.1.0"
 __all__ = [
     "OPS", "Op", "Guard", "Node", "Tape", "Value", "NonFiniteError", "debug_nans", "no_grad",
     "CacheWarning", "CompileError", "cache_dir", "clear_cache", "RetraceWarning", "grad", "jit",
-    "show_code", "trace", "value_and_grad", *FUNCTIONS,
+    "show_code", "trace", "value_and_grad", "compile_loss", *FUNCTIONS,
 ]

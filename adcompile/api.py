@@ -156,8 +156,12 @@ def _scalar_output(fname: str, out: Any) -> Value:
     )
 
 
-def trace_call(f: Callable, args: Sequence[Any]) -> Tape:
-    """Call ``f`` once on tracing Values standing for ``args``; its tape."""
+def trace_call(f: Callable, args: Sequence[Any], leaves: Sequence[Value] = ()) -> Tape:
+    """Call ``f`` once on tracing Values standing for ``args``; its tape.
+
+    ``leaves`` are existing Values (a model's parameters) that ``f`` reads; they
+    become the tape's first inputs.
+    """
     fname = _fname(f)
     _flatten(fname, args)  # the same argument checks as a compiled call
     names = _param_names(f, len(args))
@@ -165,7 +169,10 @@ def trace_call(f: Callable, args: Sequence[Any]) -> Tape:
     with tracing() as state:
         out = f(*traced)
     y = _scalar_output(fname, out)
-    return build_tape([y], inputs, state.guards, input_names, where=state.where)
+    leaf_names = [v.label or f"params_{k}" for k, v in enumerate(leaves)]
+    return build_tape(
+        [y], [*leaves, *inputs], state.guards, [*leaf_names, *input_names], where=state.where
+    )
 
 
 def trace(f: Callable, *args: Any) -> Tape:
@@ -230,6 +237,7 @@ class Transformed:
         argnums: int | Sequence[int] | None,
         mode: str,
         debug_nans: bool = False,
+        leaves: Callable[[], Sequence[Value]] | None = None,
     ) -> None:
         if not callable(fun):
             raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
@@ -243,6 +251,7 @@ class Transformed:
         self._last: Specialisation | None = None
         self._name = _fname(fun)
         self.debug_nans = debug_nans
+        self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         self._lock = threading.Lock()
         functools.update_wrapper(self, fun, updated=())
 
@@ -307,8 +316,15 @@ class Transformed:
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
-        wrt = self._wrt(len(args))
-        tape = trace_call(self.fun, args)
+        names = _unique_params(self.fun, len(args))
+        if self.leaves is not None:  # argument 0 holds the leaves' values
+            leaves = list(self.leaves())
+            tape = trace_call(self.fun, args[1:], leaves)
+            wrt = [0]
+            names = ["params", *_unique_params(self.fun, len(args) - 1)]
+        else:
+            wrt = self._wrt(len(args))
+            tape = trace_call(self.fun, args)
         self.traces += 1
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
             self._warned = True
@@ -328,10 +344,7 @@ class Transformed:
             positions.extend(range(offsets[k], offsets[k + 1]))
             layout.append((1 + start, key[k]))
             start += sizes[k]
-        params = [
-            Param(n, None if s is None else sz)
-            for n, s, sz in zip(_unique_params(self.fun, len(args)), key, sizes)
-        ]
+        params = [Param(n, None if s is None else sz) for n, s, sz in zip(names, key, sizes)]
         fname = self._name
         if self.mode == "jit":
             compiled = Compiled(
@@ -415,7 +428,7 @@ class Transformed:
 
 def _unique_params(f: Callable, n: int) -> list[str]:
     names = _param_names(f, n)
-    reserved = {"out", "math"}
+    reserved = {"out", "math", "params"}
     return [nm if nm not in reserved else f"{nm}_" for nm in names]
 
 
