@@ -1,0 +1,166 @@
+"""Differential fuzzing: random programs through every backend.
+
+Each example is a small Python function (as source text, printed on failure)
+with shared subexpressions, branches on traced values, loops and an array
+argument. It runs through the compiled adjoint, the tape interpreter, the
+interpreter on the adjoint tape, SymPy (when the bridge is present) and
+central finite differences, which must all agree.
+
+CI runs a bounded profile; ``ADCOMPILE_FUZZ_EXAMPLES=2000 pytest -m fuzz``
+runs a long one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, note, settings
+from hypothesis import strategies as st
+
+import adcompile as ad
+from adcompile import interpret
+from adcompile.reverse import grad_tape
+
+LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
+UNARY = ["sin", "cos", "tanh", "exp", "sigmoid", "arctan", "softplus", "sinh", "expm1"]
+SAFE = {
+    "sqrt": "ad.sqrt(1.5 + {0} * {0})",
+    "log": "ad.log(2.0 + ad.sin({0}))",
+    "div": "{0} / (1.5 + ad.tanh({1}))",
+    "pow": "ad.sigmoid({0}) ** (1.0 + ad.sigmoid({1}))",
+}
+
+
+@st.composite
+def programs(draw) -> str:
+    """Source of ``def f(x, y, a):`` with n statements over earlier names."""
+    names = ["x", "y", "a[0]", "a[1]", "a[2]"]
+    lines = ["def f(x, y, a):"]
+    n = draw(st.integers(2, 9))
+
+    def operand() -> str:
+        return draw(st.sampled_from(names[-6:] + names[:2]))
+
+    def expr() -> str:
+        kind = draw(st.sampled_from(["bin", "unary", "safe", "const"]))
+        if kind == "bin":
+            return f"({operand()} {draw(st.sampled_from(['+', '-', '*']))} {operand()})"
+        if kind == "unary":
+            return f"ad.{draw(st.sampled_from(UNARY))}({operand()} * 0.5)"
+        if kind == "safe":
+            return SAFE[draw(st.sampled_from(sorted(SAFE)))].format(operand(), operand())
+        return f"({operand()} * {draw(st.floats(-2, 2, allow_nan=False)):.3f})"
+
+    for k in range(n):
+        t = f"t{k}"
+        form = draw(st.sampled_from(["assign", "assign", "if", "loop", "numpy"]))
+        if form == "assign":
+            lines.append(f"    {t} = {expr()}")
+        elif form == "if":
+            c = draw(st.floats(-1, 1, allow_nan=False))
+            lines.append(f"    if {operand()} > {c:.3f}:")
+            lines.append(f"        {t} = {expr()}")
+            lines.append("    else:")
+            lines.append(f"        {t} = {expr()}")
+        elif form == "loop":
+            m = draw(st.integers(1, 4))
+            src = operand()
+            lines.append(f"    {t} = {src}")
+            lines.append(f"    for j in range({m}):")
+            lines.append(f"        {t} = ad.tanh({t} * 0.7 + a[j % 3] * {src})")
+        else:
+            fn = draw(st.sampled_from(["sin", "tanh", "exp"]))
+            lines.append(f"    {t} = np.sum(np.{fn}(a * {operand()})) * 0.3")
+        names.append(t)
+    lines.append(f"    return {names[-1]} + 0.1 * ({names[-2]})")
+    return "\n".join(lines)
+
+
+def _compile(src: str):
+    ns = {"ad": ad, "np": np}
+    exec(compile(src, "<fuzz>", "exec"), ns)
+    return ns["f"]
+
+
+def _fd(f, args, k, h=1e-6):
+    x = np.array(args[k], dtype=float)
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        xp, xm = x.copy(), x.copy()
+        xp[idx] += h
+        xm[idx] -= h
+        ap, am = list(args), list(args)
+        ap[k], am[k] = (xp, xm) if x.shape else (float(xp), float(xm))
+        g[idx] = (f(*ap) - f(*am)) / (2 * h)
+    return g if x.shape else float(g)
+
+
+def _sympy_grads(tape, point):
+    symbolic = pytest.importorskip("adcompile.symbolic")
+    sp = pytest.importorskip("sympy")
+    (expr,) = symbolic.tape_to_sympy(tape)
+    syms = {s.name: s for s in expr.free_symbols}
+    subs = {syms[n]: v for n, v in zip(tape.names, point) if n in syms}
+    return [
+        float(sp.diff(expr, syms[n]).evalf(subs=subs)) if n in syms else 0.0 for n in tape.names
+    ]
+
+
+def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool) -> None:
+    note(src)
+    f = _compile(src)
+    args = (x, y, a)
+    tape = ad.trace(f, *args)
+    point = [x, y, *a]
+    # stay away from branch thresholds, where finite differences cross over
+    vals = interpret.values(tape, point)
+    assume(all(abs(vals[g.a] - vals[g.b]) > 1e-3 for g in tape.guards))
+    val, grads = interpret.value_and_grad(tape, point)
+    assume(math.isfinite(val) and all(map(math.isfinite, grads)) and abs(val) < 1e6)
+
+    cval, (gx, gy, ga) = ad.value_and_grad(f, argnums=(0, 1, 2))(*args)
+    compiled = [gx, gy, *ga]
+    np.testing.assert_allclose(cval, val, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(compiled, grads, rtol=1e-11, atol=1e-13)
+
+    adj = interpret.evaluate(grad_tape(tape), point)  # the adjoint tape, interpreted
+    np.testing.assert_allclose(adj, [val, *grads], rtol=1e-12, atol=1e-13)
+
+    jf = ad.jit(f)
+    fd = [_fd(jf, args, 0), _fd(jf, args, 1), *_fd(jf, args, 2)]
+    np.testing.assert_allclose(compiled, fd, rtol=1e-4, atol=1e-6)
+
+    if with_sympy:
+        np.testing.assert_allclose(compiled, _sympy_grads(tape, point), rtol=1e-9, atol=1e-10)
+
+
+_args = dict(
+    x=st.floats(-1.5, 1.5),
+    y=st.floats(-1.5, 1.5),
+    a=st.lists(st.floats(-1, 1), min_size=3, max_size=3).map(np.array),
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(src=programs(), **_args)
+def test_backends_agree_on_random_programs(src, x, y, a):
+    check_program(src, x, y, a, with_sympy=False)
+
+
+@pytest.mark.fuzz
+@settings(
+    max_examples=max(LONG, 300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(src=programs(), **_args)
+def test_backends_agree_long_profile(src, x, y, a):
+    check_program(src, x, y, a, with_sympy=True)
