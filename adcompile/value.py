@@ -13,8 +13,9 @@ import contextlib
 import itertools
 import math
 import numbers
+import operator
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from . import ops
 from .ops import OPS, Op
-from .tape import CONST, INPUT, Guard, Node, Tape, reverse_sweep
+from .tape import CONST, INPUT, Guard, Node, Tape
 
 _serial = itertools.count()
 
@@ -103,6 +104,60 @@ def _as_float(x: Any) -> float:
     )
 
 
+_new = object.__new__
+
+
+def _result(op: Op, operands: tuple, data: float) -> Value:
+    """The Value ``op`` made from ``operands``; it records them if any takes a gradient."""
+    out = _new(Value)
+    out.data = data
+    out.grad = 0.0
+    out.label = ""
+    out._adj = None
+    out._serial = next(_serial)
+    mode = _MODE.get()
+    if mode is not _DEFAULT_MODE:
+        if mode.nans and not math.isfinite(data) and all(math.isfinite(v.data) for v in operands):
+            raise nonfinite_error(op, [v.data for v in operands], data, _caller_line())
+        if mode.trace is not None:
+            mode.trace.where[out._serial] = _caller_line()
+        if not mode.grad:
+            operands = ()
+    for v in operands:
+        if v.requires_grad:
+            out._fn = op
+            out._prev = operands
+            out.requires_grad = True
+            return out
+    out._fn = None
+    out._prev = ()
+    out.requires_grad = False
+    return out
+
+
+def _binop(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:
+    """The operator method for a binary op (``__add__``, ``__rsub__`` ...)."""
+    op = OPS[name]
+    ev = op.eval
+
+    def method(self: Value, other: Any) -> Value:
+        if type(other) is not Value:
+            if isinstance(other, numbers.Real) and not isinstance(other, Value):
+                other = _const(other)
+            elif isinstance(other, Value):
+                pass
+            elif isinstance(other, (np.ndarray, list, tuple)):
+                return NotImplemented
+            else:
+                raise _bad_operand(other, op.symbol or op.name)
+        if reflected:
+            return _result(op, (other, self), ev(other.data, self.data))
+        return _result(op, (self, other), ev(self.data, other.data))
+
+    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    return method
+
+
 class Value:
     """A scalar that records the operations applied to it, as in micrograd."""
 
@@ -114,6 +169,7 @@ class Value:
         "label",
         "requires_grad",
         "_serial",
+        "_adj",
         "__weakref__",
     )
 
@@ -132,6 +188,7 @@ class Value:
         self.label = label
         self.requires_grad = requires_grad
         self._serial = next(_serial)
+        self._adj: float | None = None  # the adjoint while backward() runs
 
     # -- recording ---------------------------------------------------------
 
@@ -148,27 +205,7 @@ class Value:
                 else:
                     raise _bad_operand(a, op.name)
             vals.append(a)
-        data = op.eval(*[v.data for v in vals])
-        out = object.__new__(Value)
-        out.data = data
-        out.grad = 0.0
-        out.label = ""
-        out._serial = next(_serial)
-        mode = _MODE.get()
-        if mode is not _DEFAULT_MODE:
-            if mode.nans and not math.isfinite(data) and all(math.isfinite(v.data) for v in vals):
-                raise nonfinite_error(op, [v.data for v in vals], data, _caller_line())
-            if mode.trace is not None:
-                mode.trace.where[out._serial] = _caller_line()
-        if mode.grad and any(v.requires_grad for v in vals):
-            out._fn = op
-            out._prev = tuple(vals)
-            out.requires_grad = True
-        else:
-            out._fn = None
-            out._prev = ()
-            out.requires_grad = False
-        return out
+        return _result(op, tuple(vals), op.eval(*[v.data for v in vals]))
 
     @property
     def _op(self) -> str:
@@ -178,47 +215,16 @@ class Value:
 
     # -- operators ---------------------------------------------------------
 
-    def _binary(self, op: Op, other: Any, reflected: bool = False) -> Value:
-        if type(other) is not Value:
-            if isinstance(other, numbers.Real):
-                other = _const(other)
-            elif isinstance(other, Value):
-                pass
-            elif isinstance(other, (np.ndarray, list, tuple)):
-                return NotImplemented
-            else:
-                raise _bad_operand(other, op.symbol or op.name)
-        return Value._apply(op, (other, self) if reflected else (self, other))
-
-    def __add__(self, other: Any) -> Value:
-        return self._binary(_ADD, other)
-
-    def __radd__(self, other: Any) -> Value:
-        return self._binary(_ADD, other, True)
-
-    def __sub__(self, other: Any) -> Value:
-        return self._binary(_SUB, other)
-
-    def __rsub__(self, other: Any) -> Value:
-        return self._binary(_SUB, other, True)
-
-    def __mul__(self, other: Any) -> Value:
-        return self._binary(_MUL, other)
-
-    def __rmul__(self, other: Any) -> Value:
-        return self._binary(_MUL, other, True)
-
-    def __truediv__(self, other: Any) -> Value:
-        return self._binary(_DIV, other)
-
-    def __rtruediv__(self, other: Any) -> Value:
-        return self._binary(_DIV, other, True)
-
-    def __pow__(self, other: Any) -> Value:
-        return self._binary(_POW, other)
-
-    def __rpow__(self, other: Any) -> Value:
-        return self._binary(_POW, other, True)
+    __add__ = _binop("add")
+    __radd__ = _binop("add", reflected=True)
+    __sub__ = _binop("sub")
+    __rsub__ = _binop("sub", reflected=True)
+    __mul__ = _binop("mul")
+    __rmul__ = _binop("mul", reflected=True)
+    __truediv__ = _binop("div")
+    __rtruediv__ = _binop("div", reflected=True)
+    __pow__ = _binop("pow")
+    __rpow__ = _binop("pow", reflected=True)
 
     def __neg__(self) -> Value:
         return Value._apply(_NEG, (self,))
@@ -260,9 +266,8 @@ class Value:
     def __ge__(self, other: Any) -> bool:
         return self._compare(">=", other)
 
-    # Equality stays identity, as in micrograd: Values live in sets and dicts.
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
+    # == and hash() stay object identity (inherited), as in micrograd: Values
+    # live in sets and dicts.
 
     # -- conversions -------------------------------------------------------
 
@@ -312,35 +317,78 @@ class Value:
         """Add d self / d v to ``v.grad`` for every Value ``v`` this one depends on.
 
         Each call adds the same gradients again (PyTorch's ``retain_graph=True``).
+        The sweep reads each op's derivative rules from the op table, as the
+        tape's reverse sweep does; adjoints live on the Values while it runs.
         """
         order = topological_order([self])
-        index = {id(v): i for i, v in enumerate(order)}
-        nodes = [
-            Node(v._fn, tuple([index[id(p)] for p in v._prev]))
-            if v._fn is not None
-            else Node(CONST, (), v.data)
-            for v in order
-        ]
-        tape = Tape(nodes, [], [len(order) - 1])
-        adj: list[Any] = [None] * len(order)
-        adj[-1] = float(gradient)
-        reverse_sweep(tape, [v.data for v in order], adj, [v.requires_grad for v in order])
-        for v, g in zip(order, adj):
-            if g is not None:
+        self._adj = float(gradient)
+        try:
+            for k in range(len(order) - 1, -1, -1):
+                v = order[k]
+                g = v._adj
+                if g is None:
+                    continue
+                v._adj = None
                 v.grad += g
+                fn = v._fn
+                if fn is None:
+                    continue
+                prev = v._prev
+                rules = fn.vjp
+                out = v.data
+                if len(prev) == 1:
+                    (a,) = prev
+                    if a.requires_grad and rules[0] is not None:
+                        c = rules[0](g, out, a.data)
+                        a._adj = c if a._adj is None else a._adj + c
+                    continue
+                if len(prev) == 2:
+                    a, b = prev
+                    ad, bd = a.data, b.data
+                    if a.requires_grad and rules[0] is not None:
+                        c = rules[0](g, out, ad, bd)
+                        a._adj = c if a._adj is None else a._adj + c
+                    if b.requires_grad and rules[1] is not None:
+                        c = rules[1](g, out, ad, bd)
+                        b._adj = c if b._adj is None else b._adj + c
+                    continue
+                argvals = [p.data for p in prev]
+                for rule, p in zip(rules, prev):
+                    if rule is not None and p.requires_grad:
+                        c = rule(g, out, *argvals)
+                        p._adj = c if p._adj is None else p._adj + c
+        finally:
+            for v in order:
+                v._adj = None
 
 
 def _const(x: Any) -> Value:
-    """A number used as an operand: a leaf that takes no gradient."""
-    v = object.__new__(Value)
-    v.data = float(x)
+    """A number used as an operand: a leaf that takes no gradient.
+
+    Constants are immutable and never take gradients, so recent ones are shared
+    (fewer allocations, less work for the garbage collector).
+    """
+    x = float(x)
+    v = _CONSTS.get(x)
+    if v is not None and v.data == x and (x != 0.0 or math.copysign(1.0, x) == math.copysign(
+            1.0, v.data)):
+        return v
+    v = _new(Value)
+    v.data = x
     v.grad = 0.0
     v._fn = None
     v._prev = ()
     v.label = ""
     v.requires_grad = False
     v._serial = next(_serial)
+    v._adj = None
+    if len(_CONSTS) > 4096:
+        _CONSTS.clear()
+    _CONSTS[x] = v
     return v
+
+
+_CONSTS: dict[float, Value] = {}
 
 
 _ADD, _SUB, _MUL, _DIV, _POW, _NEG, _ABS = (
@@ -356,8 +404,16 @@ COMPARE_FLOATS = {
 
 
 def _method(op: Op) -> Any:
-    def method(self: Value, *args: Any) -> Value:
-        return Value._apply(op, (self, *args))
+    ev = op.eval
+    if op.arity == 1:
+
+        def method(self: Value) -> Value:
+            return _result(op, (self,), ev(self.data))
+
+    else:
+
+        def method(self: Value, *args: Any) -> Value:
+            return Value._apply(op, (self, *args))
 
     method.__name__ = op.name
     method.__doc__ = f"{op.name} of this Value (recorded)."
@@ -373,20 +429,26 @@ Value.absolute = Value.abs  # np.absolute's name
 
 
 def topological_order(roots: Iterable[Value]) -> list[Value]:
-    """Every Value the roots depend on, each after its operands (no recursion)."""
-    seen: dict[int, Value] = {}
+    """Every Value the roots depend on, each after its operands (no recursion).
+
+    The set only answers "seen already?"; the order is creation order, which is
+    a topological order because operands exist before their results.
+    """
+    seen: set[Value] = set()
+    found: list[Value] = []
     stack = list(roots)
+    pop, push, add, keep = stack.pop, stack.extend, seen.add, found.append
     while stack:
-        v = stack.pop()
-        if id(v) not in seen:
-            seen[id(v)] = v
-            stack.extend(v._prev)
-    # creation order is a topological order: operands exist before results
-    return sorted(seen.values(), key=_serial_of)
+        v = pop()
+        if v not in seen:
+            add(v)
+            keep(v)
+            push(v._prev)
+    found.sort(key=_serial_of)
+    return found
 
 
-def _serial_of(v: Value) -> int:
-    return v._serial
+_serial_of = operator.attrgetter("_serial")
 
 
 def graph_roots(
@@ -471,8 +533,20 @@ def tracing() -> Iterator[TraceState]:
 
 
 def _function(op: Op) -> Any:
-    def f(*args: Any) -> Any:
-        return ops.apply(op, *args)
+    ev = op.eval
+    if op.arity == 1:
+
+        def f(x: Any) -> Any:
+            if type(x) is Value:
+                return _result(op, (x,), ev(x.data))
+            if type(x) is float:
+                return ev(x)
+            return ops.apply(op, x)
+
+    else:
+
+        def f(*args: Any) -> Any:
+            return ops.apply(op, *args)
 
     f.__name__ = op.name
     f.__doc__ = (
