@@ -10,6 +10,12 @@ from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 from .jit import CacheWarning, CompileError, cache_dir, clear_cache  # isort: skip
 from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
 from .step import compile_loss  # isort: skip
+from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
+from .nn import MLP, Layer, Module, Neuron  # isort: skip
+from .viz import GraphvizMissing, draw, to_dot  # isort: skip
+
+# ad.tensor is a function (it shadows the module adcompile.tensor, as ad.jit does).
+from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
 
 # ad.exp, ad.sin, ad.relu ...: one function per op, for floats, Values and arrays.
 globals().update(FUNCTIONS)
@@ -17,7 +23,39 @@ globals().update(FUNCTIONS)
 __version__ = "0.1.0"
 
 __all__ = [
-    "OPS", "Op", "Guard", "Node", "Tape", "Value", "NonFiniteError", "debug_nans", "no_grad",
-    "CacheWarning", "CompileError", "cache_dir", "clear_cache", "RetraceWarning", "grad", "jit",
-    "show_code", "trace", "value_and_grad", "compile_loss", *FUNCTIONS,
+    "OPS",
+    "Op",
+    "Guard",
+    "Node",
+    "Tape",
+    "Value",
+    "NonFiniteError",
+    "debug_nans",
+    "no_grad",
+    "CacheWarning",
+    "CompileError",
+    "cache_dir",
+    "clear_cache",
+    "RetraceWarning",
+    "grad",
+    "jit",
+    "show_code",
+    "trace",
+    "value_and_grad",
+    "compile_loss",
+    "datasets",
+    "nn",
+    "optim",
+    "MLP",
+    "Layer",
+    "Module",
+    "Neuron",
+    "GraphvizMissing",
+    "draw",
+    "to_dot",
+    "ValueArray",
+    "data",
+    "grad_of",
+    "tensor",
+    *FUNCTIONS,
 ]

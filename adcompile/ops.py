@@ -144,7 +144,7 @@ _sub = float.__sub__
 _mul = float.__mul__
 _neg = float.__neg__
 _div = _numpy_fallback(lambda a, b: a / b, np.divide)
-_pow = _numpy_fallback(lambda a, b: a**b, np.power)
+_pow = _numpy_fallback(lambda a, b: a**b if a != -INF else None, np.power)
 _exp = _numpy_fallback(math.exp, np.exp)
 _log = _numpy_fallback(math.log, np.log)
 _log1p = _numpy_fallback(math.log1p, np.log1p)

@@ -1,0 +1,221 @@
+"""The ``adcompile`` command line: ``adcompile demo`` and friends.
+
+A subcommand is one ``cmd_*`` function taking the parsed arguments and
+returning the exit status, plus a few lines in ``build_parser``. Heavy
+imports happen inside the commands so that ``adcompile --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import random
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TextIO
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="adcompile",
+        description="Scalar Python code in, fast and verified derivative code out.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="subcommands")
+
+    p = sub.add_parser("demo", help="train a small network on two moons", description=DEMO_DOC)
+    p.add_argument("--points", type=int, default=100, help="data points (default 100)")
+    p.add_argument("--epochs", type=int, default=100, help="training steps (default 100)")
+    p.add_argument("--seed", type=int, default=1, help="seed for data and weights (default 1)")
+    p.add_argument(
+        "--out", default="adcompile-demo.png", help="PNG of the decision boundary ('' for none)"
+    )
+    p.set_defaults(run=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return args.run(args)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adcompile")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ---------------------------------------------------------------- progress bar
+
+
+class Progress:
+    """A one-line progress bar on stderr (a line per tenth when it is not a terminal)."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total, self.width = max(total, 1), width
+        self.stream = sys.stderr if stream is None else stream
+        self.tty = getattr(self.stream, "isatty", lambda: False)()
+        self.start = time.perf_counter()
+        self.shown = 0
+
+    def update(self, done: int, **info: Any) -> None:
+        """Show ``done`` of ``total`` steps and ``info`` (floats with 4 decimals)."""
+        if not self.tty and done != self.total and done % max(self.total // 10, 1):
+            return
+        filled = self.width * done // self.total
+        bar = "#" * filled + "-" * (self.width - filled)
+        stats = " ".join(
+            f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in info.items()
+        )
+        line = f"[{bar}] {done}/{self.total} {stats} {time.perf_counter() - self.start:.1f}s"
+        self.stream.write(f"\r{line:<{self.shown}}" if self.tty else line + "\n")
+        self.shown = max(self.shown, len(line))  # pad over a longer earlier line
+        if self.tty and done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    # Value graphs hold no reference cycles (reference counting frees them), so the
+    # cyclic collector only rescans the live graph over and over while it is built.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# ---------------------------------------------------------------- demo
+
+DEMO_DOC = (
+    "Train micrograd's MLP(2, [16, 16, 1]) on the two-moons data set with the "
+    "max-margin (hinge) loss plus 1e-4 L2 and SGD with a decaying learning rate, "
+    "as in micrograd's demo notebook; print the accuracy and the decision boundary."
+)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Train an MLP on two moons (eagerly, with Values) and show the decision boundary."""
+    import numpy as np
+
+    from .datasets import make_moons
+    from .nn import MLP, HingeLoss
+    from .optim import SGD
+
+    X, y = make_moons(args.points, noise=0.1, seed=args.seed)
+    random.seed(args.seed)
+    model = MLP(2, [16, 16, 1])
+    params = model.parameters()
+    opt = SGD(params, lr=1.0)
+    hinge = HingeLoss()
+    rows, labels = X.tolist(), y.tolist()
+    print(
+        f"training {model.__class__.__name__}(2, [16, 16, 1]) ({len(params)} parameters) "
+        f"on {args.points} points for {args.epochs} steps",
+        file=sys.stderr,
+    )
+    bar = Progress(args.epochs)
+    with _gc_paused():
+        for k in range(args.epochs):
+            scores = [model(r) for r in rows]
+            loss = hinge(scores, labels) + 1e-4 * sum(p * p for p in params)
+            acc = sum((s.data > 0) == (t > 0) for s, t in zip(scores, labels)) / len(labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.lr = 1.0 - 0.9 * k / args.epochs
+            opt.step()
+            bar.update(k + 1, loss=loss.data, acc=f"{acc:.0%}")
+
+    predict = _mlp_scores(model)
+    accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
+    print(ascii_boundary(predict, X, y))
+    print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
+    if args.out:
+        _plot(predict, X, y, args.out)
+    return 0
+
+
+def _mlp_scores(model: Any) -> Callable[[Any], Any]:
+    """The trained MLP as a NumPy function of an (n, 2) float array (fast, no graph)."""
+    import numpy as np
+
+    layers = [
+        (
+            np.array([[w.data for w in n.w] for n in layer.neurons]),
+            np.array([n.b.data for n in layer.neurons]),
+            layer.neurons[0].nonlin,
+        )
+        for layer in model.layers
+    ]
+
+    def predict(P: Any) -> Any:
+        h = np.asarray(P, dtype=float)
+        for W, b, relu in layers:
+            h = h @ W.T + b
+            if relu:
+                h = np.maximum(h, 0.0)
+        return h[:, 0]
+
+    return predict
+
+
+def ascii_boundary(
+    predict: Callable[[Any], Any], X: Any, y: Any, cols: int = 64, rows: int = 22
+) -> str:
+    """An ASCII picture: '.' where the model says +1, 'o'/'x' for +1/-1 data points."""
+    import numpy as np
+
+    lo, hi = X.min(axis=0) - 0.25, X.max(axis=0) + 0.25
+    xs = lo[0] + (np.arange(cols) + 0.5) * (hi[0] - lo[0]) / cols
+    ys = hi[1] - (np.arange(rows) + 0.5) * (hi[1] - lo[1]) / rows
+    gx, gy = np.meshgrid(xs, ys)
+    region = predict(np.column_stack([gx.ravel(), gy.ravel()])).reshape(rows, cols) > 0
+    grid = [["." if r else " " for r in row] for row in region]
+    cx = ((X[:, 0] - lo[0]) / (hi[0] - lo[0]) * cols).astype(int).clip(0, cols - 1)
+    cy = ((hi[1] - X[:, 1]) / (hi[1] - lo[1]) * rows).astype(int).clip(0, rows - 1)
+    for i, j, label in zip(cy, cx, y):
+        grid[i][j] = "o" if label > 0 else "x"
+    border = "+" + "-" * cols + "+"
+    return "\n".join([border, *("|" + "".join(r) + "|" for r in grid), border])
+
+
+def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed, so no PNG (pip install matplotlib)")
+        return
+    import numpy as np
+
+    lo, hi = X.min(axis=0) - 1.0, X.max(axis=0) + 1.0
+    gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], 300), np.linspace(lo[1], hi[1], 300))
+    z = np.sign(predict(np.column_stack([gx.ravel(), gy.ravel()])).reshape(gx.shape))
+    fig, ax = plt.subplots(figsize=(6, 5))
+    style = dict(cmap=plt.cm.Spectral, vmin=-1.0, vmax=1.0)
+    ax.contourf(gx, gy, z, levels=[-1.5, 0.0, 1.5], alpha=0.5, **style)
+    ax.scatter(X[:, 0], X[:, 1], c=y, s=30, edgecolors="k", **style)
+    ax.set_title("adcompile demo: MLP(2, [16, 16, 1]) on two moons")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
