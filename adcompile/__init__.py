@@ -6,8 +6,6 @@ from .ops import OPS, Op
 from .tape import Guard, Node, Tape
 from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 
-# The module adcompile.jit is shadowed by the transform ad.jit, imported last.
-from .jit import CacheWarning, CompileError, cache_dir, clear_cache  # isort: skip
 from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
 from .step import compile_loss  # isort: skip
 from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
@@ -21,6 +19,16 @@ from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
 globals().update(FUNCTIONS)
 
 __version__ = "0.1.0"
+
+_FROM_JIT = ("CacheWarning", "CompileError", "cache_dir", "clear_cache")
+
+
+def __getattr__(name: str):  # the Numba side loads on first use, not at import
+    if name in _FROM_JIT:
+        import importlib
+
+        return getattr(importlib.import_module("adcompile.jit"), name)
+    raise AttributeError(f"module 'adcompile' has no attribute {name!r}")
 
 __all__ = [
     "OPS",

@@ -77,7 +77,9 @@ def _apply_array(op: Op, args: tuple) -> np.ndarray:
     arrays = [np.asarray(a) for a in args]
     if all(a.dtype != object for a in arrays):
         return np.vectorize(op.eval, otypes=[float])(*arrays)
-    return np.vectorize(lambda *xs: apply(op, *xs), otypes=[object])(*arrays)
+    out = np.vectorize(lambda *xs: apply(op, *xs), otypes=[object])(*arrays)
+    kind = next(type(a) for a in args if isinstance(a, np.ndarray))
+    return out.view(kind) if kind is not np.ndarray else out  # keep ValueArray
 
 
 # ---------------------------------------------------------------- float helpers
