@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 from .ops import OPS, Op
 from .tape import Guard, Node, Tape
 from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
@@ -21,6 +24,19 @@ globals().update(FUNCTIONS)
 __version__ = "0.1.0"
 
 _FROM_JIT = ("CacheWarning", "CompileError", "cache_dir", "clear_cache")
+
+
+class _Package(types.ModuleType):
+    """``ad.jit`` and ``ad.tensor`` are functions that share a name with a submodule;
+    importing the submodule later must not rebind them to the module."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in ("jit", "tensor") and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str):  # the Numba side loads on first use, not at import
