@@ -33,8 +33,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default="adcompile-demo.png", help="PNG of the decision boundary ('' for none)"
     )
+    p.add_argument(
+        "--eager", action="store_true", help="build a Value graph every step (slow, to compare)"
+    )
     p.set_defaults(run=cmd_demo)
+
+    p = sub.add_parser("cache", help="the on-disk cache of generated code")
+    p.add_argument("action", choices=["clear", "path"], help="clear it, or print where it is")
+    p.set_defaults(run=cmd_cache)
     return parser
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    """Clear the cache of generated code, or print its directory."""
+    from .jit import cache_dir, clear_cache
+
+    if args.action == "clear":
+        print(f"removed {clear_cache()} files from {cache_dir()}")
+    else:
+        print(cache_dir())
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,12 +127,13 @@ DEMO_DOC = (
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Train an MLP on two moons (eagerly, with Values) and show the decision boundary."""
+    """Train an MLP on two moons with compiled gradients and show the decision boundary."""
     import numpy as np
 
     from .datasets import make_moons
     from .nn import MLP, HingeLoss
     from .optim import SGD
+    from .step import compile_loss
 
     X, y = make_moons(args.points, noise=0.1, seed=args.seed)
     random.seed(args.seed)
@@ -128,17 +147,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"on {args.points} points for {args.epochs} steps",
         file=sys.stderr,
     )
+
+    def loss_fn(Xb: Any, yb: Any) -> Any:
+        return hinge([model(r) for r in Xb], yb) + 1e-4 * sum(p * p for p in params)
+
     bar = Progress(args.epochs)
+    start = time.perf_counter()
     with _gc_paused():
+        step = None if args.eager else compile_loss(loss_fn, params)
         for k in range(args.epochs):
-            scores = [model(r) for r in rows]
-            loss = hinge(scores, labels) + 1e-4 * sum(p * p for p in params)
-            acc = sum((s.data > 0) == (t > 0) for s, t in zip(scores, labels)) / len(labels)
+            loss = loss_fn(rows, labels) if step is None else step(X, y)
+            acc = float(np.mean((_mlp_scores(model)(X) > 0) == (y > 0)))
             opt.zero_grad()
             loss.backward()
             opt.lr = 1.0 - 0.9 * k / args.epochs
             opt.step()
             bar.update(k + 1, loss=loss.data, acc=f"{acc:.0%}")
+    mode = "eager Values" if step is None else "compiled gradients"
+    print(
+        f"{args.epochs} steps with {mode} in {time.perf_counter() - start:.1f} s", file=sys.stderr
+    )
 
     predict = _mlp_scores(model)
     accuracy = float(np.mean((predict(X) > 0) == (y > 0)))

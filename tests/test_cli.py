@@ -124,3 +124,27 @@ def test_progress_bar_on_a_terminal_redraws_one_line():
     assert first.startswith("[#--] 1/3 loss 12345.0000")
     assert len(second) == len(first)  # padded over the longer line before it
     assert third.startswith("[###] 3/3 loss 1.0000")
+
+
+def test_demo_compiled_and_eager_reach_the_same_loss(capsys):
+    from adcompile.cli import main
+
+    losses = []
+    for extra in ([], ["--eager"]):
+        assert main(["demo", "--points", "30", "--epochs", "5", "--out", "", *extra]) == 0
+        err = capsys.readouterr().err.replace("\r", "\n")
+        last = [ln for ln in err.splitlines() if "5/5" in ln][-1]
+        losses.append(float(last.split("loss")[1].split()[0]))
+    assert losses[0] == pytest.approx(losses[1], rel=1e-3)
+
+
+def test_cache_path_and_clear(tmp_path, monkeypatch, capsys):
+    from adcompile.cli import main
+
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "path"]) == 0
+    assert str(tmp_path) in capsys.readouterr().out
+    (tmp_path / "x.py").write_text("1")
+    assert main(["cache", "clear"]) == 0
+    assert "removed 1 files" in capsys.readouterr().out
+    assert not (tmp_path / "x.py").exists()
