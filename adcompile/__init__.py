@@ -14,6 +14,8 @@ from .step import compile_loss  # isort: skip
 from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
 from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
+from .extend import Function, primitive  # isort: skip  (user-defined primitives)
+from .check import GradReport, GradientMismatch, check_grad  # isort: skip
 
 # ad.tensor is a function (it shadows the module adcompile.tensor, as ad.jit does).
 from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
@@ -24,6 +26,7 @@ globals().update(FUNCTIONS)
 __version__ = "0.1.0"
 
 _FROM_JIT = ("CacheWarning", "CompileError", "cache_dir", "clear_cache")
+_FROM_SYMPY = ("to_sympy", "from_sympy", "sympy_value_and_grad")
 
 
 class _Package(types.ModuleType):
@@ -44,7 +47,12 @@ def __getattr__(name: str):  # the Numba side loads on first use, not at import
         import importlib
 
         return getattr(importlib.import_module("adcompile.jit"), name)
+    if name in _FROM_SYMPY:  # SymPy, too, loads on first use
+        import importlib
+
+        return getattr(importlib.import_module("adcompile.symbolic"), name)
     raise AttributeError(f"module 'adcompile' has no attribute {name!r}")
+
 
 __all__ = [
     "OPS",
@@ -81,5 +89,13 @@ __all__ = [
     "data",
     "grad_of",
     "tensor",
+    "Function",
+    "primitive",
+    "GradReport",
+    "GradientMismatch",
+    "check_grad",
+    "to_sympy",
+    "from_sympy",
+    "sympy_value_and_grad",
     *FUNCTIONS,
 ]

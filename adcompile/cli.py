@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cache", help="the on-disk cache of generated code")
     p.add_argument("action", choices=["clear", "path"], help="clear it, or print where it is")
     p.set_defaults(run=cmd_cache)
+
+    from .cli_symbolic import add_check_parser, add_grad_parser
+
+    for add in (add_check_parser, add_grad_parser):
+        p = add(sub)
+        p.set_defaults(run=p.get_default("func"))
     return parser
 
 

@@ -1,0 +1,238 @@
+"""The ``adcompile check`` and ``adcompile grad`` subcommands.
+
+A formula such as ``"sin(x)*y + exp(x/y)"`` is parsed with Python's ``ast``
+and accepted only if it is made of numbers, variables, ``+ - * / **`` and
+calls of adcompile's functions (every op in the table, user primitives
+included, plus the aliases ``asin acos atan max min`` and the constants
+``pi`` and ``E``); nothing else is ever evaluated. It becomes an ordinary
+Python function over adcompile's functions, in its variables sorted by name.
+
+Wire them into the main parser with ``add_check_parser(subparsers)`` and
+``add_grad_parser(subparsers)``; each sets ``func`` (``args.func(args)``
+returns the exit code: 0 fine, 1 a gradient mismatch, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .ops import OPS, Op, apply
+
+__all__ = ["add_check_parser", "add_grad_parser", "parse_formula", "FormulaError"]
+
+ALIASES = {
+    "asin": "arcsin",
+    "acos": "arccos",
+    "atan": "arctan",
+    "max": "maximum",
+    "min": "minimum",
+}
+CONSTANTS = {"pi": math.pi, "E": math.e}
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+
+
+class FormulaError(ValueError):
+    """A formula that is not made of numbers, variables, operators and known functions."""
+
+
+class Formula:
+    """A parsed formula: its text, variables (sorted) and the Python function computing it."""
+
+    def __init__(self, text: str, variables: list[str], fn: Callable[..., Any]) -> None:
+        self.text = text
+        self.variables = variables
+        self.fn = fn
+
+    def signature(self) -> str:
+        return f"f({', '.join(self.variables)})"
+
+
+def _functions() -> dict[str, Op]:
+    table = dict(OPS)
+    for alias, name in ALIASES.items():
+        table.setdefault(alias, OPS[name])
+    return table
+
+
+def _validate(tree: ast.Expression, functions: dict[str, Op]) -> set[str]:
+    """The formula's variables, after checking every node is allowed."""
+    variables: set[str] = set()
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Expression, ast.Load)) or type(node) in _BINOPS:
+            continue
+        if isinstance(node, ast.BinOp):
+            if type(node.op) not in _BINOPS:
+                hint = " (use ** for powers)" if isinstance(node.op, ast.BitXor) else ""
+                raise FormulaError(f"operator {type(node.op).__name__} is not allowed{hint}")
+        elif isinstance(node, ast.UnaryOp):
+            if not isinstance(node.op, (ast.USub, ast.UAdd)):
+                raise FormulaError(f"operator {type(node.op).__name__} is not allowed")
+        elif isinstance(node, (ast.USub, ast.UAdd)):
+            continue
+        elif isinstance(node, ast.Constant):
+            if type(node.value) not in (int, float):
+                raise FormulaError(f"{node.value!r} is not a real number")
+        elif isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in functions:
+                what = ast.unparse(node.func)
+                raise FormulaError(
+                    f"unknown function {what}(); known: {', '.join(sorted(functions))}"
+                )
+            op = functions[node.func.id]
+            if node.keywords or len(node.args) != op.arity:
+                raise FormulaError(
+                    f"{node.func.id}() takes {op.arity} argument(s), got "
+                    f"{len(node.args) + len(node.keywords)}"
+                )
+        elif isinstance(node, ast.Name):
+            if id(node) in called:
+                continue
+            if node.id in functions:
+                raise FormulaError(f"{node.id} is a function: call it, as in {node.id}(x)")
+            if node.id not in CONSTANTS:
+                variables.add(node.id)
+        else:
+            raise FormulaError(f"{ast.unparse(node)!r} is not allowed in a formula")
+    return variables
+
+
+def parse_formula(text: str) -> Formula:
+    """Parse ``text`` into a Formula; FormulaError if it is not a plain formula."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise FormulaError(f"cannot parse {text!r}: {e.msg}") from None
+    functions = _functions()
+    variables = sorted(_validate(tree, functions))
+    namespace: dict[str, Any] = {"__builtins__": {}, **CONSTANTS}
+    for name, op in functions.items():
+        namespace[name] = lambda *args, _op=op: apply(_op, *args)
+    source = f"def f({', '.join(variables)}):\n    return {ast.unparse(tree.body)}\n"
+    exec(compile(source, "<formula>", "exec"), namespace)  # validated above
+    return Formula(text.strip(), variables, namespace["f"])
+
+
+def parse_point(specs: list[str] | None, variables: list[str]) -> list[float]:
+    """``["x=1,y=2"]`` -> the values of ``variables`` in order."""
+    given: dict[str, float] = {}
+    for spec in specs or []:
+        for item in spec.replace(" ", "").split(","):
+            if not item:
+                continue
+            name, sep, value = item.partition("=")
+            if not sep:
+                raise FormulaError(f"--at expects name=value pairs, got {item!r}")
+            try:
+                given[name] = float(value)
+            except ValueError:
+                raise FormulaError(f"--at {name}={value}: not a number") from None
+    unknown = sorted(set(given) - set(variables))
+    if unknown:
+        raise FormulaError(f"--at names {', '.join(unknown)}, which the formula does not use")
+    missing = [v for v in variables if v not in given]
+    if missing:
+        example = ",".join(f"{v}=1" for v in missing)
+        raise FormulaError(f"no value for {', '.join(missing)}: add it, as in --at {example}")
+    return [given[v] for v in variables]
+
+
+def _fail(command: str, message: str) -> int:
+    print(f"adcompile {command}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """``adcompile check``: the gradient by every method; 1 on a mismatch."""
+    from .check import GradientMismatch, check_grad
+
+    try:
+        formula = parse_formula(args.expr)
+        point = parse_point(args.at, formula.variables)
+    except FormulaError as e:
+        return _fail("check", str(e))
+    at = ", ".join(f"{v}={x!r}" for v, x in zip(formula.variables, point))
+    print(f"{formula.signature()} = {formula.text}  at {at}")
+    if not formula.variables:
+        print(f"value {formula.fn()!r}; no variables, so no gradient")
+        return 0
+    argnums = tuple(range(len(point)))
+    try:
+        report = check_grad(formula.fn, *point, argnums=argnums, rtol=args.rtol, atol=args.atol)
+    except GradientMismatch as e:
+        print(e)
+        print(f"adcompile check: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 1
+    print(report)
+    return 0
+
+
+def run_grad(args: argparse.Namespace) -> int:
+    """``adcompile grad``: the symbolic gradient (by reverse mode); with --code, its source."""
+    from .api import show_code, trace
+    from .reverse import grad_tape
+    from .symbolic import tape_to_sympy
+
+    try:
+        formula = parse_formula(args.expr)
+        point = parse_point(args.at, formula.variables) if args.at else None
+    except FormulaError as e:
+        return _fail("grad", str(e))
+    if not formula.variables:
+        return _fail("grad", f"{formula.text!r} has no variables to differentiate by")
+    point = point or [0.5] * len(formula.variables)
+    tape = trace(formula.fn, *point)
+    value, *grads = tape_to_sympy(grad_tape(tape))
+    print(f"{formula.signature()} = {value}")
+    for v, g in zip(formula.variables, grads):
+        print(f"df/d{v} = {g}")
+    if args.code:
+        print()
+        print(show_code(formula.fn, *point), end="")
+    return 0
+
+
+def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``check EXPR --at x=1,y=2`` to ``subparsers``."""
+    p = subparsers.add_parser(
+        "check",
+        help="compare a formula's gradient by every method (compiled, interpreter, SymPy, "
+        "finite differences)",
+        description="Print the value and gradient of a formula by every method adcompile has; "
+        "exit 1 if they disagree, 2 on a bad formula.",
+    )
+    p.add_argument("expr", help='a formula, such as "sin(x)*y + exp(x/y)"')
+    p.add_argument(
+        "--at", action="append", metavar="x=1,y=2", help="the point (every variable a value)"
+    )
+    p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (exact methods)")
+    p.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance (exact methods)")
+    p.set_defaults(func=run_check)
+    return p
+
+
+def add_grad_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``grad EXPR [--code]`` to ``subparsers``."""
+    p = subparsers.add_parser(
+        "grad",
+        help="print a formula's symbolic gradient (reverse mode) and, with --code, the "
+        "generated adjoint source",
+        description="Print the gradient of a formula as SymPy expressions, computed by "
+        "reverse mode on its tape; exit 2 on a bad formula.",
+    )
+    p.add_argument("expr", help='a formula, such as "sin(x)*y + exp(x/y)"')
+    p.add_argument("--code", action="store_true", help="also print the generated adjoint code")
+    p.add_argument(
+        "--at",
+        action="append",
+        metavar="x=1,y=2",
+        help="where to trace (default 0.5 for every variable; a formula has no branches, "
+        "so this only matters for --code's specialisation)",
+    )
+    p.set_defaults(func=run_grad)
+    return p

@@ -1,0 +1,380 @@
+"""Tape <-> SymPy: the only module that imports SymPy.
+
+``tape_to_sympy`` turns a tape into SymPy expressions in one forward loop,
+one expression per slot, so shared subexpressions stay shared and deep tapes
+never recurse. ``from_sympy`` goes the other way: it walks SymPy's expression
+DAG with an explicit stack and a cache keyed by subexpression and records
+our primitives, which makes reverse mode on a SymPy expression possible
+(``sympy_value_and_grad``) without ever expanding a symbolic derivative.
+
+The functions ``from_sympy`` understands come from the op table: every op
+whose SymPy form is a name (``"sin"``, ``"Abs"``, ``"Max"`` ... and those of
+user-defined primitives) maps back to that op, and an undefined SymPy
+function named after an op (what ``tape_to_sympy`` makes for ops without a
+SymPy form) maps back to it too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import sympy
+from sympy.codegen import cfunctions
+
+from .codegen import Param
+from .ops import OPS, Op
+from .passes import prune
+from .tape import CONST, INPUT, Node, Tape
+
+__all__ = ["tape_to_sympy", "to_sympy", "from_sympy", "sympy_value_and_grad", "SymPyGradient"]
+
+
+# ------------------------------------------------------------ tape -> SymPy
+
+
+def sympy_constant(value: float) -> sympy.Expr:
+    """A float as SymPy reads it best: an Integer when exact, else a Float."""
+    if math.isfinite(value):
+        if value == int(value) and abs(value) < 2**53:
+            return sympy.Integer(int(value))
+        return sympy.Float(value)
+    if value != value:
+        return sympy.nan
+    return sympy.oo if value > 0 else -sympy.oo
+
+
+def sympy_form(op: Op) -> Callable[..., sympy.Expr]:
+    """How ``op`` applies to SymPy expressions (an undefined function if it has no form)."""
+    form = op.sympy
+    if form is None:
+        return sympy.Function(op.name)
+    if isinstance(form, str):
+        found = getattr(sympy, form, None)
+        if not callable(found):
+            raise TypeError(f"op {op.name!r}: sympy={form!r} names no SymPy function")
+        return found
+    return lambda *args: form(sympy, *args)
+
+
+#: Slots deeper than this are built unevaluated: SymPy's automatic simplification
+#: asks recursive questions (``is_number``, ordering) that would exceed Python's
+#: recursion limit on a deep tape.
+EVALUATE_DEPTH = 100
+
+
+def tape_to_sympy(tape: Tape, inputs: Sequence[Any] | None = None) -> list[sympy.Expr]:
+    """The tape's outputs as SymPy expressions, one per output.
+
+    The inputs are symbols named after ``tape.names`` (``x``, ``x_0, x_1 ...``)
+    unless ``inputs`` gives other expressions to substitute for them. Each slot
+    is built once from its operands' expressions, so shared subexpressions stay
+    shared; slots nested deeper than ``EVALUATE_DEPTH`` are left unevaluated.
+    """
+    if inputs is None:
+        inputs = [sympy.Symbol(name) for name in tape.names]
+    if len(inputs) != len(tape.inputs):
+        raise ValueError(f"this tape takes {len(tape.inputs)} inputs, got {len(inputs)}")
+    n = len(tape.nodes)
+    vals: list[Any] = [None] * n
+    depth = [0] * n
+    for pos, i in enumerate(tape.inputs):
+        vals[i] = sympy.sympify(inputs[pos])
+    forms: dict[str, Callable] = {}
+    for i, node in enumerate(tape.nodes):
+        op = node.op
+        if op == CONST:
+            vals[i] = sympy_constant(node.value)
+        elif op != INPUT:
+            form = forms.get(op.name)
+            if form is None:
+                form = forms[op.name] = sympy_form(op)
+            args = [vals[a] for a in node.args]
+            d = depth[i] = 1 + max((depth[a] for a in node.args), default=0)
+            if d <= EVALUATE_DEPTH:
+                vals[i] = form(*args)
+            else:
+                with sympy.evaluate(False):
+                    vals[i] = form(*args)
+    return [vals[o] for o in tape.outputs]
+
+
+def to_sympy(f: Callable, *args: Any) -> sympy.Expr:
+    """The SymPy expression ``f`` computes at ``args``, in symbols named after its parameters."""
+    from .api import trace
+
+    return tape_to_sympy(trace(f, *args))[0]
+
+
+# ------------------------------------------------------------ SymPy -> tape
+
+
+def _function_table() -> dict[Any, Op]:
+    """SymPy function class -> op, read from the op table's SymPy names."""
+    table: dict[Any, Op] = {cfunctions.log1p: OPS["log1p"], cfunctions.expm1: OPS["expm1"]}
+    for op in OPS.values():
+        if isinstance(op.sympy, str):
+            form = getattr(sympy, op.sympy, None)
+            if isinstance(form, type):
+                table.setdefault(form, op)
+    return table
+
+
+def _number(expr: sympy.Expr) -> float:
+    try:
+        return float(expr)
+    except OverflowError:
+        return math.inf if expr > 0 else -math.inf
+    except TypeError:
+        raise TypeError(f"from_sympy: the constant {expr} is not a real number") from None
+
+
+def _negative_power(e: sympy.Basic) -> bool:
+    """``b**-k`` with a numeric ``k``: a division by ``b**k``."""
+    return e.is_Pow and e.exp.is_Number and e.exp.is_extended_negative
+
+
+def _unsupported(expr: sympy.Basic) -> TypeError:
+    names = sorted({f.__name__ for f in _function_table()} | {"Heaviside"})
+    what = getattr(expr.func, "__name__", type(expr).__name__)
+    hint = ""
+    if isinstance(expr, sympy.Function) and not isinstance(expr, sympy.Piecewise):
+        hint = f", or define it with adcompile.primitive(..., sympy={what!r})"
+    return TypeError(
+        f"from_sympy: unsupported SymPy function {what!r} in {expr}; supported are "
+        f"+ - * / **, numbers and {', '.join(names)}. Rewrite the expression with "
+        f"these{hint}"
+    )
+
+
+class _Converter:
+    """SymPy DAG -> tape nodes, iteratively: each subexpression is converted once.
+
+    No new SymPy expressions are made on the way (building one would make SymPy
+    walk it recursively): ``x - 2*y`` reuses the slot of the magnitude ``2*y``
+    that converting the product ``-2*y`` recorded, and ``x/y**2`` divides by
+    a power of ``y``'s slot.
+    """
+
+    def __init__(self, symbols: Sequence[sympy.Symbol]) -> None:
+        self.nodes = [Node(INPUT) for _ in symbols]
+        self.consts: dict[str, int] = {}
+        self.slot: dict[sympy.Basic, int] = {s: k for k, s in enumerate(symbols)}
+        self.magnitude: dict[sympy.Basic, int] = {}  # product with a negative sign -> |product|
+        self.table = _function_table()
+
+    # -- recording, with constant folding
+
+    def const(self, value: float) -> int:
+        key = repr(value)
+        slot = self.consts.get(key)
+        if slot is None:
+            slot = self.consts[key] = len(self.nodes)
+            self.nodes.append(Node(CONST, (), value))
+        return slot
+
+    def op(self, name: str, *args: int) -> int:
+        op = OPS[name]
+        if all(self.nodes[a].op == CONST for a in args):
+            return self.const(op.eval(*(self.nodes[a].value for a in args)))
+        self.nodes.append(Node(op, args))
+        return len(self.nodes) - 1
+
+    def chain(self, name: str, slots: Sequence[int]) -> int:
+        acc = slots[0]
+        for s in slots[1:]:
+            acc = self.op(name, acc, s)
+        return acc
+
+    def power(self, base: int, k: float) -> int:
+        if k == 1.0:
+            return base
+        if k == 0.5:
+            return self.op("sqrt", base)
+        if k == 2.0:
+            return self.op("mul", base, base)
+        return self.op("pow", base, self.const(k))
+
+    # -- the walk
+
+    def function(self, e: sympy.Basic) -> Op | str | None:
+        """The op a SymPy function application maps to (``"heaviside"`` for Heaviside)."""
+        if isinstance(e, sympy.Heaviside):
+            return "heaviside"
+        op = self.table.get(e.func)
+        if op is None and isinstance(e, sympy.core.function.AppliedUndef):
+            op = OPS.get(e.func.__name__)
+        n = len(e.args)
+        if op is not None and (n == op.arity or op.arity == 2 and n > 2):
+            return op
+        return None
+
+    def children(self, e: sympy.Basic) -> tuple:
+        """The subexpressions whose slots ``e`` is computed from."""
+        if e.is_Mul:
+            return tuple(f.base if _negative_power(f) else f for f in e.args)
+        if e.is_Pow:
+            return (e.base,) if e.exp.is_Number else (e.base, e.exp)
+        return e.args
+
+    def convert(self, root: sympy.Basic) -> int:
+        slot = self.slot
+        stack = [root]
+        while stack:
+            e = stack[-1]
+            if e in slot:
+                stack.pop()
+                continue
+            if e.is_Atom or e.is_Number or e.is_NumberSymbol:
+                if e.is_Symbol:
+                    same_name = any(str(s) == str(e) for s in self.slot if s.is_Symbol)
+                    raise ValueError(
+                        f"from_sympy: the expression uses the symbol {e}, which is not "
+                        "among the symbols given; list every free symbol"
+                        + (" (one named so is given, with other assumptions)" if same_name else "")
+                    )
+                slot[e] = self.const(_number(e))
+                stack.pop()
+                continue
+            if not (e.is_Add or e.is_Mul or e.is_Pow) and self.function(e) is None:
+                try:  # a function of numbers, such as erf(1), is a constant
+                    slot[e] = self.const(float(e))
+                except (TypeError, ValueError):
+                    raise _unsupported(e) from None
+                stack.pop()
+                continue
+            pending = [k for k in self.children(e) if k not in slot]
+            if pending:
+                stack.extend(reversed(pending))
+                continue
+            slot[e] = self.emit(e)
+            stack.pop()
+        return slot[root]
+
+    def emit(self, e: sympy.Basic) -> int:
+        slot = self.slot
+        if e.is_Add:
+            terms = []  # (subtract, slot)
+            for t in e.args:
+                if t.is_Number:
+                    v = _number(t)
+                    terms.append((v < 0, self.const(abs(v))))
+                elif t in self.magnitude:
+                    terms.append((True, self.magnitude[t]))
+                else:
+                    terms.append((False, slot[t]))
+            first = next((k for k, (neg, _) in enumerate(terms) if not neg), 0)
+            neg, acc = terms.pop(first)
+            acc = self.op("neg", acc) if neg else acc
+            for neg, s in terms:
+                acc = self.op("sub" if neg else "add", acc, s)
+            return acc
+        if e.is_Mul:
+            negative, num, den = False, [], []
+            for f in e.args:
+                if f.is_Rational:
+                    p, q = int(f.p), int(f.q)
+                    negative ^= p < 0
+                    if abs(p) != 1:
+                        num.append(self.const(float(abs(p))))
+                    if q != 1:
+                        den.append(self.const(float(q)))
+                elif f.is_Number:
+                    v = _number(f)
+                    negative ^= v < 0
+                    num.append(self.const(abs(v)))
+                elif _negative_power(f):
+                    den.append(self.power(slot[f.base], -_number(f.exp)))
+                else:
+                    num.append(slot[f])
+            acc = self.chain("mul", num) if num else self.const(1.0)
+            if den:
+                acc = self.op("div", acc, self.chain("mul", den))
+            if not negative:
+                return acc
+            self.magnitude[e] = acc
+            return self.op("neg", acc)
+        if e.is_Pow:
+            base, x = slot[e.base], e.exp
+            if not x.is_Number:
+                return self.op("pow", base, slot[x])
+            k = _number(x)
+            if k < 0:
+                return self.op("div", self.const(1.0), self.power(base, -k))
+            return self.power(base, k)
+        args = [slot[a] for a in e.args]
+        op = self.function(e)
+        if op == "heaviside":
+            return self.heaviside(e, args)
+        return self.chain(op.name, args) if op.arity == 2 else self.op(op.name, *args)
+
+    def heaviside(self, e: sympy.Heaviside, args: list[int]) -> int:
+        """Heaviside(x, h0) with ``step`` (which is 0 at 0): exact for any h0."""
+        h0 = _number(e.args[1]) if len(e.args) > 1 else 0.5
+        pos = self.op("step", args[0])
+        if h0 == 0.0:
+            return pos
+        neg = self.op("step", self.op("neg", args[0]))
+        at_zero = self.op("sub", self.op("sub", self.const(1.0), pos), neg)
+        return self.op("add", pos, self.op("mul", self.const(h0), at_zero))
+
+
+def _as_symbols(symbols: Any) -> list[sympy.Symbol]:
+    syms = [symbols] if isinstance(symbols, sympy.Basic) else list(symbols)
+    for s in syms:
+        if not isinstance(s, sympy.Symbol):
+            raise TypeError(
+                f"from_sympy: symbols must be SymPy Symbols, got {s!r}; "
+                "make them with sympy.symbols('x y')"
+            )
+    if len(set(syms)) != len(syms):
+        raise ValueError("from_sympy: the same symbol is listed twice")
+    return syms
+
+
+def from_sympy(expr: Any, symbols: Any) -> Tape:
+    """A tape computing ``expr`` (or a sequence of expressions) with ``symbols`` as inputs."""
+    syms = _as_symbols(symbols)
+    exprs = list(expr) if isinstance(expr, (list, tuple, sympy.MatrixBase)) else [expr]
+    conv = _Converter(syms)
+    outputs = [conv.convert(sympy.sympify(e)) for e in exprs]
+    tape = Tape(conv.nodes, list(range(len(syms))), outputs, names=[str(s) for s in syms])
+    return prune(tape)  # drops what converting left unused (the sign of ``-y`` in ``x - y``)
+
+
+class SymPyGradient:
+    """A SymPy expression compiled to ``x -> (value, gradient)`` by reverse mode."""
+
+    def __init__(self, expr: Any, symbols: Any, name: str = "sympy_expr") -> None:
+        from .jit import Compiled
+        from .reverse import grad_tape
+
+        self.symbols = _as_symbols(symbols)
+        self.tape = from_sympy(expr, self.symbols)
+        self.grad_tape = grad_tape(self.tape)
+        n = len(self.symbols)
+        self.compiled = Compiled(
+            self.grad_tape,
+            [Param("x", n)],
+            f"{name}_value_and_grad",
+            f"value and gradient of a SymPy expression in {n} symbols (generated by adcompile)",
+        )
+        self.source = self.compiled.source
+        self._call = self.compiled.call
+        self._n = n
+
+    def __call__(self, *args: Any) -> tuple[float, np.ndarray]:
+        """The value and gradient at one array of values (or one number per symbol)."""
+        x = args[0] if len(args) == 1 else args
+        x = np.ascontiguousarray(x, dtype=np.float64).ravel()
+        if x.shape[0] != self._n:
+            raise ValueError(f"expected {self._n} values (one per symbol), got {x.shape[0]}")
+        _, out = self._call(x)
+        return out.item(0), out[1:]
+
+
+def sympy_value_and_grad(expr: Any, symbols: Any) -> SymPyGradient:
+    """Compile ``expr``'s value and gradient by reverse mode on its DAG (no ``sympy.diff``)."""
+    return SymPyGradient(expr, symbols)

@@ -1,0 +1,121 @@
+"""``adcompile check`` and ``adcompile grad``, through a throwaway argparse parser."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+import pytest
+
+import adcompile as ad
+from adcompile.cli_symbolic import (
+    FormulaError,
+    add_check_parser,
+    add_grad_parser,
+    parse_formula,
+    parse_point,
+)
+from adcompile.extend import primitive
+from adcompile.ops import OPS
+
+
+@pytest.fixture
+def badsin():
+    """A primitive with a wrong rule, callable from formulas by name (for this test only)."""
+    n = len(OPS)
+    primitive(
+        math.sin,
+        vjp=lambda g, out, x: g * 2.0 * ad.cos(x),
+        code="math.sin({0})",
+        sympy="sin",
+        name="clit_badsin",
+    )
+    yield "clit_badsin"
+    for name in list(OPS)[n:]:  # the last ops registered, so no opcode is reused
+        del OPS[name]
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="adcompile")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_check_parser(sub)
+    add_grad_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_check_prints_every_method_and_exits_0(capsys):
+    assert run("check", "sin(x)*y + exp(x/y)", "--at", "x=1,y=2") == 0
+    out = capsys.readouterr().out
+    assert "f(x, y) = sin(x)*y + exp(x/y)  at x=1.0, y=2.0" in out
+    for method in ("compiled", "adjoint tape", "interpreter", "sympy", "finite diff"):
+        assert method in out
+    dfdx = math.cos(1) * 2 + math.exp(0.5) / 2
+    assert f"{dfdx:.12g}"[:12] in out
+    assert out.rstrip().endswith("OK")
+
+
+def test_check_mismatch_exits_1(capsys, badsin):
+    assert run("check", f"{badsin}(x) + x", "--at", "x=0.5") == 1
+    captured = capsys.readouterr()
+    assert "MISMATCH" in captured.out
+    assert "gradient check failed for d f / d x" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (("check", "sin(x", "--at", "x=1"), "cannot parse"),
+        (("check", "__import__('os')", "--at", "x=1"), "unknown function __import__"),
+        (("check", "x.real", "--at", "x=1"), "not allowed"),
+        (("check", "x[0]", "--at", "x=1"), "not allowed"),
+        (("check", "x ^ 2", "--at", "x=1"), "use \\*\\* for powers"),
+        (("check", "x < 2", "--at", "x=1"), "not allowed"),
+        (("check", "'a' * x", "--at", "x=1"), "not a real number"),
+        (("check", "sin(x, x)", "--at", "x=1"), "takes 1 argument"),
+        (("check", "sin + x", "--at", "x=1"), "sin is a function"),
+        (("check", "x * y", "--at", "x=1"), "no value for y"),
+        (("check", "x", "--at", "x=1,z=2"), "does not use"),
+        (("check", "x", "--at", "x=one"), "not a number"),
+        (("check", "x", "--at", "x"), "name=value"),
+        (("grad", "2 + pi"), "no variables"),
+        (("grad", "lambda: 1"), "not allowed"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    assert run(*argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"adcompile {argv[0]}: error:")
+    assert "Traceback" not in err
+    assert re.search(message, err), err
+
+
+def test_grad_prints_the_symbolic_gradient(capsys):
+    assert run("grad", "sin(x)*y + exp(x/y)") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "f(x, y) = y*sin(x) + exp(x/y)",
+        "df/dx = y*cos(x) + exp(x/y)/y",
+        "df/dy = -x*exp(x/y)/y**2 + sin(x)",
+    ]
+
+
+def test_grad_code_prints_the_adjoint_source(capsys):
+    assert run("grad", "asin(x) * y ** 2", "--code") == 0
+    out = capsys.readouterr().out
+    assert "df/dy = 2*y*asin(x)" in out
+    assert "def f_value_and_grad(x, y, out):" in out and "# v" in out
+
+
+def test_parse_formula_builds_a_function_over_adcompile():
+    formula = parse_formula(" max(b, a) + E * pi ")
+    assert formula.variables == ["a", "b"]
+    assert formula.fn(1.0, 2.0) == 2.0 + math.e * math.pi
+    assert isinstance(formula.fn(ad.Value(1.0), 2.0), ad.Value)
+    assert parse_point(["b=2", "a=1"], formula.variables) == [1.0, 2.0]
+    with pytest.raises(FormulaError):
+        parse_formula("import os")
