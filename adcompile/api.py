@@ -187,9 +187,7 @@ def trace(f: Callable, *args: Any) -> Tape:
 class Specialisation:
     """One compiled path of a function: its tape, code and output layout."""
 
-    def __init__(
-        self, tape: Tape, compiled: Any, layout: list, mode: str, many: bool
-    ) -> None:
+    def __init__(self, tape: Tape, compiled: Any, layout: list, mode: str, many: bool) -> None:
         self.tape = tape
         self.compiled = compiled
         self.call = compiled.call

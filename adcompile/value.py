@@ -370,8 +370,11 @@ def _const(x: Any) -> Value:
     """
     x = float(x)
     v = _CONSTS.get(x)
-    if v is not None and v.data == x and (x != 0.0 or math.copysign(1.0, x) == math.copysign(
-            1.0, v.data)):
+    if (
+        v is not None
+        and v.data == x
+        and (x != 0.0 or math.copysign(1.0, x) == math.copysign(1.0, v.data))
+    ):
         return v
     v = _new(Value)
     v.data = x
