@@ -13,6 +13,7 @@ import importlib.util
 import os
 import sys
 import tempfile
+import textwrap
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -37,6 +38,9 @@ from .tape import Tape
 #: Tapes with more slots than this run on the tape interpreter instead of
 #: straight-line code (Numba needs about 1 ms per generated statement).
 STRAIGHT_LINE_LIMIT = 1000
+#: Tapes with at least this many slots are searched for repeated segments to
+#: fold into loops (``adcompile.fold``); smaller ones compile quickly as they are.
+FOLD_MIN_SLOTS = 200
 
 _lock = threading.Lock()
 _empty = np.empty
@@ -172,20 +176,51 @@ class Compiled:
         self.tape = tape
         self.params = list(params)
         self.n_out = len(tape.outputs)
-        kind = force or ("straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter")
+        plan = None
+        if force is None:
+            kind = "straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter"
+            if len(tape) >= FOLD_MIN_SLOTS:
+                from .fold import plan as fold_plan
+
+                plan = fold_plan(tape, params)
+                if plan.worth_it(STRAIGHT_LINE_LIMIT):
+                    kind = "folded"
+        else:
+            kind = force
         self.kind = kind
-        if kind == "straight-line":
-            self.source = module_source([straight_line(tape, fname, params, doc)])
+        if kind == "folded":
+            from .fold import FoldedFunction
+
+            folded = FoldedFunction(tape, params, fname, doc, segments=plan)
+            self.explanation = folded.explanation
+            self.source = folded.source
+            self.call = folded.call
+        elif kind == "straight-line":
+            self.explanation = (
+                f"Straight-line code: one statement per primitive ({tape.n_ops} operations"
+                + (
+                    "; no repeated segments worth folding into loops)."
+                    if plan is not None
+                    else f"; tapes under {FOLD_MIN_SLOTS} slots are not searched for loops)."
+                )
+            )
+            self.source = module_source(
+                [_comment(self.explanation) + straight_line(tape, fname, params, doc)]
+            )
             f64, arr = numba.types.float64, numba.types.float64[::1]
             sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
             self._fn = compile_now(getattr(load_source(self.source, fname), fname), sig)
             self.call = self._call_straight
         else:
             self.program: Program = to_program(tape)
+            self.explanation = (
+                f"{len(tape)} slots, run on the compiled tape interpreter: straight-line "
+                f"code above {STRAIGHT_LINE_LIMIT} slots would take long to compile"
+                + (", and folding repeated segments would not shorten it enough." if plan else ".")
+            )
             self.source = (
-                f"# {fname}: {len(tape)} slots, run on the compiled tape interpreter\n"
-                f"# (straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
-                "to compile); the tape:\n"
+                _comment(f"{fname}: {self.explanation}")
+                + "# The tape:\n"
                 + "\n".join("# " + ln for ln in str(tape).split("\n"))
                 + "\n"
             )
@@ -210,6 +245,10 @@ class Compiled:
         self._run(p.opcodes, p.arg0, p.arg1, vals)
         ok = self._check(p.guards, vals) if len(p.guards) else True
         return ok, vals[p.outputs]
+
+
+def _comment(text: str) -> str:
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 76))
 
 
 _interpreters: dict[str, tuple[Callable, Callable]] = {}

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret
+from adcompile import fold, interpret
+from adcompile.codegen import Param, module_source
 from adcompile.reverse import grad_tape
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
@@ -126,8 +127,21 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     np.testing.assert_allclose(cval, val, rtol=1e-12, atol=1e-300)
     np.testing.assert_allclose(compiled, grads, rtol=1e-11, atol=1e-13)
 
-    adj = interpret.evaluate(grad_tape(tape), point)  # the adjoint tape, interpreted
+    gtape = grad_tape(tape)
+    adj = interpret.evaluate(gtape, point)  # the adjoint tape, interpreted
     np.testing.assert_allclose(adj, [val, *grads], rtol=1e-12, atol=1e-13)
+
+    # folded code: every repetition of two or more that saves a statement is
+    # folded (far more eagerly than the compiler does), run as plain Python
+    params = [Param("x", None), Param("y", None), Param("a", 3)]
+    segments = fold.find_segments(gtape, params, min_reps=2, min_saved=1)
+    ns: dict = {}
+    code = fold.generate(gtape, segments, "f", params)
+    exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
+    out = np.empty(len(gtape.outputs))
+    ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
+    assert ok
+    np.testing.assert_allclose(out, [val, *grads], rtol=1e-12, atol=1e-13)
 
     jf = ad.jit(f)
     fd = [_fd(jf, args, 0), _fd(jf, args, 1), *_fd(jf, args, 2)]

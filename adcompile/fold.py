@@ -1,0 +1,1021 @@
+"""Folding: repeated tape segments become ``for`` loops.
+
+A Python loop over n elements records n copies of the same few primitives,
+and so does its adjoint. This pass finds *segments*: K consecutive slots
+repeated R times in which every position holds the same op in every
+repetition and every operand is, across repetitions, an arithmetic
+progression of slots: the same slot (a parameter, a loop invariant), the
+same distance back (inside the repetition, or the previous repetition's
+accumulator), or advancing by a fixed stride (``x[i]``, ``x[i + 1]``, the
+i-th example's data, the forward value an adjoint reads). The code
+generator prints each segment once, inside a ``for`` loop, so the source
+stays short whatever n is.
+
+Detection is greedy, left to right, in time roughly linear in the tape:
+hashes of op-code windows at a few widths propose periods, and a vectorised
+check over whole repetitions confirms them. A repetition that breaks any
+progression ends the segment; what is left runs as straight-line code.
+
+Values live in locals inside a repetition; a value read from outside its
+repetition (by a later loop, by straight-line code, by an output) is stored
+in a work array ``v``, one row of stored positions per repetition; the
+previous repetition's accumulator is a loop-carried local. Inputs are read
+from the arguments directly, and constants that differ between repetitions
+from a column array ``c``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .codegen import Param, _py_ident, _strip, module_source
+from .tape import CONST, INPUT, Guard, Tape
+
+#: A segment needs at least this many repetitions ...
+MIN_REPS = 4
+#: ... and must remove at least this many statements from the source.
+MIN_SAVED = 12
+#: Widths of the op-code windows whose repeats propose periods: short windows
+#: find short bodies, long ones see past a body's own inner repetition (the
+#: neurons of a layer) to the loop over examples around it.
+WINDOWS = (4, 32, 256, 2048)
+
+_LINE, _CONSTC, _INPUTC = -1, -2, -3  # slot classes besides segment ids
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``size`` consecutive slots from ``start``, repeated ``reps`` times."""
+
+    start: int
+    size: int
+    reps: int
+
+    @property
+    def stop(self) -> int:
+        """One past the segment's last slot."""
+        return self.start + self.size * self.reps
+
+    def __str__(self) -> str:
+        slots = "slot" if self.size == 1 else "slots"
+        return (
+            f"{self.size} {slots} x {self.reps} repetitions (slots {self.start}..{self.stop - 1})"
+        )
+
+
+# ------------------------------------------------------------------ detection
+
+
+class _Tables:
+    """The tape as arrays: op codes, operand slots (guards' operands included)."""
+
+    def __init__(self, tape: Tape, params: Sequence[Param] | None) -> None:
+        nodes = tape.nodes
+        n = self.n = len(nodes)
+        ops = [nd[0] for nd in nodes]
+        distinct = sorted(
+            (op for op in set(ops) if type(op) is not str), key=lambda o: (o.opcode, o.name)
+        )
+        code_of: dict[Any, int] = {CONST: 0, INPUT: 0}
+        for op in distinct:
+            code_of[op] = len(code_of) - 1
+        codes = np.fromiter(map(code_of.__getitem__, ops), np.int64, n)
+        inputs = np.array(tape.inputs, np.int64)
+        codes[inputs] = -1 - inputs  # an input is never part of a segment
+        self.is_const = np.append(codes == 0, False)  # index -1 (padding) is False
+        self.cvalue = np.fromiter((nd[2] for nd in nodes), np.float64, n)
+        argss = [nd[1] for nd in nodes]
+        lens = np.fromiter(map(len, argss), np.int64, n)
+        if n and lens.max() > 2:
+            j = int(np.argmax(lens))
+            raise NotImplementedError(f"op {nodes[j].op.name!r} has more than 2 operands")
+        flat = np.fromiter(itertools.chain.from_iterable(argss), np.int64, int(lens.sum()))
+        first = np.cumsum(lens) - lens
+        # a guard is checked where its last computed operand is: it joins that node
+        self.guards_at: dict[int, list[Guard]] = {}
+        self.static_guards: list[Guard] = []  # constant on both sides
+        for g in tape.guards:
+            computed = [s for s in (g.a, g.b) if not self.is_const[s]]
+            if computed:
+                self.guards_at.setdefault(max(computed), []).append(g)
+            else:
+                self.static_guards.append(g)
+        self.m = 2 + 2 * max(map(len, self.guards_at.values()), default=0)
+        a = np.full((n, self.m), -1, np.int64)
+        has1, has2 = lens >= 1, lens >= 2
+        a[has1, 0] = flat[first[has1]]
+        a[has2, 1] = flat[first[has2] + 1]
+        kinds: dict[tuple, int] = {}
+        for j, gs in self.guards_at.items():
+            a[j, 2 : 2 + 2 * len(gs)] = [s for g in gs for s in (g.a, g.b)]
+            if codes[j] > 0:  # guarded ops: op and comparisons must all match
+                key = (int(codes[j]), tuple((g.cmp, g.expected) for g in gs))
+                codes[j] = kinds.setdefault(key, len(code_of) + len(kinds))
+        self.args = a
+        self.codes = codes
+        self.op_prefix = np.concatenate([[0], np.cumsum(codes > 0)])  # ops before a slot
+        base = np.full(n + 1, _LINE, np.int64)
+        base[self.is_const] = _CONSTC
+        base[inputs] = _INPUTC
+        self.base_cls = base
+        self.cls = base.copy()
+        self.seg_size: list[int] = []
+        # which argument, and which element of it, each input slot reads
+        sizes = [len(inputs)] if params is None else [p.size for p in params]
+        counts = [1 if s is None else s for s in sizes]
+        if sum(counts) != len(inputs):
+            raise ValueError(
+                f"the parameters hold {sum(counts)} values but the tape has {len(inputs)} inputs"
+            )
+        self.param_is_array = np.array([s is not None for s in sizes] + [False], bool)
+        self.inparam = np.full(n + 1, -1, np.int64)
+        self.inidx = np.zeros(n + 1, np.int64)
+        self.inparam[inputs] = np.repeat(np.arange(len(counts)), counts)
+        self.inidx[inputs] = np.concatenate([np.arange(c) for c in counts] or [[]])
+
+    def n_ops(self, lo: int, hi: int) -> int:
+        """How many primitive operations slots lo..hi-1 hold."""
+        return int(self.op_prefix[hi] - self.op_prefix[lo])
+
+    def mark(self, segments: Sequence[Segment]) -> None:
+        """Classes as if exactly ``segments`` had been found."""
+        self.cls = self.base_cls.copy()
+        self.seg_size = []
+        for sid, s in enumerate(segments):
+            self.add(sid, s)
+
+    def add(self, sid: int, s: Segment) -> None:
+        self.seg_size.append(s.size)
+        block = self.cls[s.start : s.stop]
+        block[block == _LINE] = sid
+
+
+def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
+    """How many of the ``rm`` blocks of ``k`` slots from ``i`` repeat block 0 (>= 1)."""
+    sl = slice(i, i + k * rm)
+    codes = t.codes[sl].reshape(rm, k)
+    rows = (codes[1:] == codes[0]).all(axis=1)
+    big = t.args[sl].reshape(rm, k, t.m)
+    t0, t1 = big[0], big[1]
+    pad = t0 < 0
+    d1 = t1 - t0
+    # the previous repetition's value: repetition 0 reads any earlier slot instead
+    carry = ~pad & (t0 < i) & (t1 >= i) & (t1 < i + k) & ~t.is_const[t1]
+    cst = t.is_const[t0] & ~pad & ~carry
+    same = ~pad & ~cst & (t0 >= i) & (d1 == k)  # a value of the same repetition
+    other = ~pad & ~cst & ~carry & ~same
+    c0 = t.cls[t0]
+    inp = other & (c0 == _INPUTC)
+    seg = other & (c0 >= 0)
+    line = other & (c0 == _LINE)
+    # conditions that rows 0 and 1 settle for all rows
+    if (line & (d1 != 0)).any():
+        return 1
+    if seg.any():
+        ks = np.array(t.seg_size + [1], np.int64)[np.where(seg, c0, -1)]
+        if (seg & (d1 % ks != 0)).any():
+            return 1
+    if inp.any():
+        scalar = inp & ~t.param_is_array[t.inparam[t0]]
+        if (scalar & (d1 != 0)).any():
+            return 1
+    tr, tp = big[1:], big[:-1]
+    ok = pad | (cst & t.is_const[tr]) | (same & (tr - tp == k))
+    ok[1:] |= carry & (tr[1:] - tp[1:] == k)
+    ok[0] |= carry
+    ok |= (seg | line) & (tr - tp == d1) & (t.cls[tr] == c0) & (tr < i)
+    if inp.any():
+        di = t.inidx[t1] - t.inidx[t0]
+        ok |= (
+            inp
+            & (t.inparam[tr] == t.inparam[t0])
+            & (t.cls[tr] == _INPUTC)
+            & (t.inidx[tr] - t.inidx[tp] == di)
+        )
+    good = rows & ok.reshape(rm - 1, -1).all(axis=1)
+    bad = np.flatnonzero(~good)
+    return int(bad[0]) + 1 if len(bad) else rm
+
+
+def _extent(t: _Tables, i: int, k: int, min_reps: int) -> int:
+    """How many times the block of ``k`` slots at ``i`` repeats (exponential search)."""
+    cap = (t.n - i) // k
+    if cap < min_reps:
+        return 0
+    if _reps(t, i, k, 2) < 2:  # the cheap test first: most proposals fail here
+        return 1
+    rm = min(cap, 2 * min_reps)
+    while True:
+        r = _reps(t, i, k, rm)
+        if r < rm or rm == cap:
+            return r
+        rm = min(cap, 4 * rm)
+
+
+def _window_hashes(codes: np.ndarray, widths: Sequence[int]) -> dict[int, np.ndarray]:
+    """For each width w, a 64-bit hash of ``codes[q:q + w]`` for every q."""
+    rng = np.random.default_rng(20240607)
+    table = (rng.integers(0, 2**62, size=int(codes.max(initial=0)) + 1) * 2 + 1).astype(np.uint64)
+    h = table[np.maximum(codes, 0)]
+    inputs = codes < 0  # each input is unique: a window holding one never repeats
+    h[inputs] = (rng.integers(0, 2**62, size=int(inputs.sum())) * 2 + 1).astype(np.uint64)
+    out: dict[int, np.ndarray] = {}
+    if not widths:
+        return out
+    w = 1
+    m1, m2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xC2B2AE3D27D4EB4F)
+    with np.errstate(over="ignore"):
+        while 2 * w <= max(widths) and 2 * w <= len(codes):
+            h = h[:-w] * m1 + (h[w:] ^ (h[w:] >> np.uint64(29))) * m2
+            w *= 2
+            if w in widths:
+                out[w] = h
+    return out
+
+
+def _proposals(codes: np.ndarray, min_reps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Positions q and periods k, sorted, where windows at q, q + k, q + 2k are equal."""
+    n = len(codes)
+    widths = [w for w in WINDOWS if (min_reps - 1) * w <= n]
+    qs, ks = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for h in _window_hashes(codes, widths).values():
+        order = np.argsort(h, kind="stable")
+        hs = h[order]
+        same = hs[1:] == hs[:-1]
+        nxt = np.full(len(h), -1, np.int64)
+        nxt[order[:-1][same]] = order[1:][same]
+        q = np.flatnonzero(nxt >= 0)
+        q = q[nxt[nxt[q]] == 2 * nxt[q] - q]
+        k = nxt[q] - q
+        keep = (q + min_reps * k <= n) & (codes[q] >= 0)
+        qs.append(q[keep])
+        ks.append(k[keep])
+    pairs = np.sort(np.concatenate(qs) * (n + 1) + np.concatenate(ks))
+    pairs = pairs[np.diff(pairs, prepend=-1) != 0]
+    return pairs // (n + 1), pairs % (n + 1)
+
+
+def find_segments(
+    tape: Tape,
+    params: Sequence[Param] | None = None,
+    min_reps: int = MIN_REPS,
+    min_saved: int = MIN_SAVED,
+) -> list[Segment]:
+    """The repeated segments of ``tape``, in slot order (see the module docstring).
+
+    ``params`` says which argument each input reads (as for code generation);
+    without it the inputs are taken as one flat array.
+    """
+    return _find(_Tables(tape, params), min_reps, min_saved)
+
+
+def _find(t: _Tables, min_reps: int, min_saved: int) -> list[Segment]:
+    """Greedy, left to right: at each proposed position the period that saves most."""
+    t.mark([])
+    min_reps = max(min_reps, 2)
+    segments: list[Segment] = []
+    qs, ks = _proposals(t.codes, min_reps)
+    starts = np.flatnonzero(np.diff(qs, prepend=-1))  # first proposal of each position
+    ends = np.append(starts[1:], len(qs))
+    positions = qs[starts]
+    by_k = np.lexsort((qs, ks))  # proposals by period, then position
+    k_first = np.flatnonzero(np.diff(ks[by_k], prepend=-1))
+    periods = ks[by_k][k_first].tolist()
+    where = np.split(qs[by_k], k_first[1:])  # per period, the positions proposing it
+    memo: dict[tuple[int, int], int] = {}
+
+    def saving(q: int, k: int) -> tuple[int, int]:
+        """(statements saved, repetitions) of period k from q."""
+        r = memo.get((q, k))
+        if r is None:
+            r = memo[q, k] = _extent(t, q, k, min_reps)
+        return ((r - 1) * t.n_ops(q, q + k) if r >= min_reps else 0), r
+
+    g = 0
+    while g < len(starts):
+        q = int(qs[starts[g]])
+        options = [saving(q, int(k)) + (-int(k),) for k in ks[starts[g] : ends[g]]]
+        saved, r, k = max(options)  # ties: the shorter body
+        k = -k
+        g += 1
+        if saved < min_saved:
+            continue
+        # A larger period that starts inside this segment and saves more (the loop
+        # over examples around a loop over neurons) wins: stop this one before it.
+        stop = q + k * r
+        for kk in range(bisect.bisect_right(periods, k), len(periods)):
+            pos = where[kk]
+            lo = int(np.searchsorted(pos, q, side="right"))
+            for q2 in pos[lo : lo + 2].tolist():
+                if q2 < stop and saving(q2, periods[kk])[0] > saved:
+                    stop = q2
+                    break
+        r = (stop - q) // k
+        if r < min_reps or (r - 1) * t.n_ops(q, q + k) < min_saved:
+            continue
+        seg = Segment(q, k, r)
+        t.add(len(segments), seg)
+        segments.append(seg)
+        memo.clear()  # classes changed: later extents see this segment
+        g = int(np.searchsorted(positions, seg.stop))
+    return segments
+
+
+# ------------------------------------------------------------------ code generation
+
+
+@dataclass
+class FoldedCode:
+    """Generated source and what the caller passes besides the arguments.
+
+    Call ``fname(*args, v, c, out)`` with ``v = numpy.empty(work_size)`` and
+    ``c = columns``; it writes the outputs to ``out`` and returns False when a
+    guard does not hold.
+    """
+
+    text: str  # the function's source
+    work_size: int  # length of the work array v
+    columns: np.ndarray  # per-repetition constants, read as c[...]
+    segments: list[Segment] = field(default_factory=list)
+    statements: int = 0  # primitive statements printed (loop bodies once)
+
+
+def _affine(c0: int, c1: int, var: str) -> str:
+    """``c0 + c1 * var`` written plainly."""
+    if c1 == 0:
+        return str(c0)
+    term = var if abs(c1) == 1 else f"{abs(c1)} * {var}"
+    if c0 == 0:
+        return term if c1 > 0 else f"-{term}"
+    return f"{c0} {'+' if c1 > 0 else '-'} {term}"
+
+
+class _Gen:
+    """Works out, then prints, the folded function of one tape.
+
+    Operands become descriptors first (which value, read how); then the
+    positions some later reader needs from memory get their columns of the
+    work array, and the function is printed.
+    """
+
+    def __init__(
+        self,
+        tape: Tape,
+        segments: Sequence[Segment],
+        params: Sequence[Param],
+        tables: _Tables | None = None,
+    ) -> None:
+        self.tape = tape
+        self.params = list(params)
+        self.segs = list(segments)
+        t = self.t = tables if tables is not None else _Tables(tape, params)
+        self.seg_of = np.full(t.n + 1, -1, np.int64)
+        for s in self.segs:
+            if s.start < 0 or s.stop > t.n or s.reps < 1 or s.size < 1:
+                raise ValueError(f"segment {s} does not fit a tape of {t.n} slots")
+            if (self.seg_of[s.start : s.stop] >= 0).any():
+                raise ValueError(f"segment {s} overlaps another")
+            self.seg_of[s.start : s.stop] = 0
+        t.mark(self.segs)
+        for sid, s in enumerate(self.segs):  # a segment must be valid, whoever found it
+            self.seg_of[s.start : s.stop] = sid
+            if (t.codes[s.start : s.stop] < 0).any():
+                raise ValueError(f"segment {s} holds an input")
+            if s.reps > 1 and _reps(t, s.start, s.size, s.reps) < s.reps:
+                raise ValueError(f"segment {s} does not repeat exactly")
+        self.stored: list[set[int]] = [set() for _ in self.segs]
+        self.columns: list[float] = []
+        self.groups = self._fuse()
+        self.group_of = {sid: gi for gi, grp in enumerate(self.groups) for sid in grp}
+        self.plan = [self._plan_segment(sid) for sid in range(len(self.segs))]
+
+    # ---- operands
+
+    def _operands(self, sid: int) -> list[tuple[int, list[tuple[int, int, int]]]]:
+        """Per computed position: (column, slot read by repetition 0, by repetition 1)."""
+        t, seg = self.t, self.segs[sid]
+        k = seg.size
+        rows = []
+        for p in range(k):
+            j = seg.start + p
+            if t.is_const[j]:
+                continue
+            n_opd = len(self.tape.nodes[j].args)
+            cols = list(range(n_opd)) + list(range(2, 2 + 2 * len(t.guards_at.get(j, ()))))
+            a1 = t.args[j + k] if seg.reps > 1 else t.args[j]
+            rows.append((p, [(c, int(t.args[j, c]), int(a1[c])) for c in cols]))
+        return rows
+
+    def _classify(self, sid: int, a0: int, a1: int) -> tuple:
+        """What an operand reads (slot a0 in repetition 0, a1 in repetition 1)."""
+        t, seg = self.t, self.segs[sid]
+        s0, k = seg.start, seg.size
+        if seg.reps > 1 and a0 < s0 <= a1 < s0 + k and not t.is_const[a1]:
+            return ("carry", a1 - s0, a0)  # the previous repetition's value
+        if t.is_const[a0]:
+            return ("const",)
+        if a0 >= s0:
+            return ("own", a0 - s0)  # a value of the same repetition
+        if t.cls[a0] == _INPUTC:
+            return ("param", int(t.inparam[a0]), int(t.inidx[a0]), int(t.inidx[a1] - t.inidx[a0]))
+        if a1 == a0:
+            return ("single", a0)
+        other = int(self.seg_of[a0])
+        oseg = self.segs[other]
+        q, pp = divmod(a0 - oseg.start, oseg.size)
+        return ("mem", other, pp, q, (a1 - a0) // oseg.size)
+
+    def _fuse(self) -> list[list[int]]:
+        """Adjacent segments with the same repetition count share one loop when each
+        reads the other only at the same repetition (as locals) or at earlier ones."""
+        t = self.t
+        groups: list[list[int]] = []
+        for sid, seg in enumerate(self.segs):
+            if groups:
+                grp = groups[-1]
+                last = self.segs[grp[-1]]
+                gap = range(last.stop, seg.start)
+                ok = (
+                    seg.reps == last.reps
+                    and all(t.codes[j] <= 0 and j not in t.guards_at for j in gap)
+                    and all(
+                        self._fusible(sid, a0, a1, grp)
+                        for _, opds in self._operands(sid)
+                        for _, a0, a1 in opds
+                    )
+                )
+                if ok:
+                    grp.append(sid)
+                    continue
+            groups.append([sid])
+        return groups
+
+    def _fusible(self, sid: int, a0: int, a1: int, grp: list[int]) -> bool:
+        d = self._classify(sid, a0, a1)
+        if d[0] in ("carry", "single"):
+            return int(self.seg_of[d[-1]]) not in grp
+        if d[0] != "mem" or d[1] not in grp or d[3:] == (0, 1):
+            return True
+        q0, dq, reps = d[3], d[4], self.segs[sid].reps
+        return q0 < 0 and q0 + (dq - 1) * (reps - 1) < 0  # always an earlier repetition
+
+    def single(self, s: int) -> tuple:
+        """How code after the loops reads slot ``s``."""
+        t = self.t
+        if t.is_const[s]:
+            return ("lit", float(t.cvalue[s]))
+        if t.cls[s] == _INPUTC:
+            return ("param", int(t.inparam[s]), int(t.inidx[s]), 0)
+        sid = int(self.seg_of[s])
+        if sid < 0:
+            return ("line", s)
+        seg = self.segs[sid]
+        q, p = divmod(s - seg.start, seg.size)
+        if q == seg.reps - 1:  # the loop's local still holds it
+            return ("local", sid, p)
+        self.stored[sid].add(p)
+        return ("mem", sid, p, q, 0)
+
+    def _plan_segment(self, sid: int) -> dict:
+        t, seg = self.t, self.segs[sid]
+        rows: list[tuple[int, list[tuple]]] = []
+        # (position, slot read by repetition 0) -> (that slot's value, last reader)
+        carries: dict[tuple[int, int], tuple[tuple, int]] = {}
+        for p, opds in self._operands(sid):
+            descs = []
+            for c, a0, a1 in opds:
+                d = self._classify(sid, a0, a1)
+                if d[0] == "carry":
+                    before, last = carries.get(d[1:], (None, -1))
+                    carries[d[1:]] = (before or self.single(a0), max(last, p))
+                elif d[0] == "const":
+                    vals = t.cvalue[t.args[seg.start + p : seg.stop : seg.size, c]]
+                    if (vals == vals[0]).all():
+                        d = ("lit", float(vals[0]))
+                    else:
+                        d = ("col", len(self.columns))
+                        self.columns.extend(vals.tolist())
+                elif d[0] == "single":
+                    d = self.single(a0)
+                elif d[0] == "mem":
+                    if self.group_of[d[1]] == self.group_of[sid] and d[3:] == (0, 1):
+                        d = ("local", d[1], d[2])  # computed earlier in the same iteration
+                    else:
+                        self.stored[d[1]].add(d[2])
+                descs.append(d)
+            rows.append((p, descs))
+        return {"rows": rows, "carries": carries}
+
+    # ---- printing
+
+    def layout(self) -> None:
+        """Each segment's stored positions: a row of the work array per repetition."""
+        self.base, self.rank, self.width = [], [], []
+        size = 0
+        for sid, seg in enumerate(self.segs):
+            pos = sorted(self.stored[sid])
+            self.rank.append({p: r for r, p in enumerate(pos)})
+            self.width.append(len(pos))
+            self.base.append(size)
+            size += len(pos) * seg.reps
+        self.work_size = max(size, 1)
+
+    def index(self, sid: int, p: int, q: int, dq: int) -> tuple[int, int]:
+        m = self.width[sid]
+        return self.base[sid] + m * q + self.rank[sid][p], m * dq
+
+    def expr(self, d: tuple, sid: int = -1) -> str:
+        kind, r = d[0], self.rname
+        if kind == "lit":
+            return repr(d[1])
+        if kind == "line":
+            return self.line_names[d[1]]
+        if kind == "local":
+            return self.local[(d[1], d[2])]
+        if kind == "own":
+            return self.local[(sid, d[1])]
+        if kind == "carry":
+            return self.carry_name[(sid, d[1], d[2])]
+        if kind == "col":
+            return f"{self.cname}[{_affine(d[1], 1, r)}]"
+        if kind == "param":
+            p = self.params[d[1]]
+            return p.name if p.size is None else f"{p.name}[{_affine(d[2], d[3], r)}]"
+        c0, c1 = self.index(d[1], d[2], d[3], d[4])
+        return f"{self.vname}[{_affine(c0, c1, r)}]"
+
+    def names(self) -> None:
+        tape = self.tape
+        taken = {p.name for p in self.params} | {"math"}
+
+        def fresh(base: str) -> str:
+            name, k = base, 1
+            while name in taken:
+                name, k = f"{base}_{k}", k + 1
+            taken.add(name)
+            return name
+
+        self.vname, self.cname = fresh("v"), fresh("c")
+        self.rname, self.kname, self.oname = fresh("r"), fresh("k"), fresh("out")
+        self.line_names = {
+            j: fresh(_py_ident(tape.name(j)))
+            for j in np.flatnonzero(self.seg_of[: self.t.n] < 0).tolist()
+            if self.t.codes[j] > 0
+        }
+        self.local: dict[tuple[int, int], str] = {}
+        self.carry_name: dict[tuple[int, int, int], str] = {}
+        for sid, seg in enumerate(self.segs):
+            for p, _ in self.plan[sid]["rows"]:
+                self.local[(sid, p)] = fresh(_py_ident(tape.name(seg.start + p)))
+            carries = self.plan[sid]["carries"]
+            for (p, a0), (_, last) in carries.items():
+                mine = self.local[(sid, p)]
+                alone = sum(1 for q, _ in carries if q == p) == 1
+                self.carry_name[(sid, p, a0)] = (
+                    mine if alone and last <= p else fresh(mine + "_prev")
+                )
+
+    def guard_lines(self, g: Guard, a: str, b: str, indent: str) -> list[str]:
+        cond = f"{a} {g.cmp} {b}"
+        test = f"not ({cond})" if g.expected else cond
+        return [
+            f"{indent}if {test}:  # guard: {cond} was {g.expected} at {g.where}",
+            f"{indent}    return False",
+        ]
+
+    def comment(self, j: int) -> str | None:
+        tape = self.tape
+        if tape.blocks is None or tape.blocks[j] < 0 or tape.primal is None:
+            return None
+        return f"# {tape.primal.statement(tape.blocks[j])}"
+
+    def loop_lines(self, grp: list[int]) -> list[str]:
+        r, v = self.rname, self.vname
+        out = []
+        for sid in grp:
+            out.append(f"    # folded: {self.segs[sid]}")
+        out.append("    # (locals are named after repetition 0)")
+        for sid in grp:
+            for (p, a0), (before, _) in sorted(self.plan[sid]["carries"].items()):
+                out.append(f"    {self.carry_name[(sid, p, a0)]} = {self.expr(before)}")
+        out.append(f"    for {r} in range({self.segs[grp[0]].reps}):")
+        for sid in grp:
+            seg = self.segs[sid]
+            block_comment = None
+            for p, descs in self.plan[sid]["rows"]:
+                j = seg.start + p
+                c = self.comment(j)
+                if c is not None and c != block_comment:
+                    out.append(f"        {c}  (repetition 0)")
+                block_comment = c
+                node = self.tape.nodes[j]
+                na = len(node.args)
+                args = [self.expr(d, sid) for d in descs[:na]]
+                name = self.local[(sid, p)]
+                out.append(f"        {name} = {_strip(node.op.code.format(*args))}")
+                self.statements += 1
+                if p in self.stored[sid]:
+                    c0, c1 = self.index(sid, p, 0, 1)
+                    out.append(f"        {v}[{_affine(c0, c1, r)}] = {name}")
+                if (sid, p) in self.forward:
+                    k0, dk = self.forward[(sid, p)]
+                    out.append(f"        {self.oname}[{_affine(k0, dk, r)}] = {name}")
+                for gi, g in enumerate(self.t.guards_at.get(j, ())):
+                    a, b = (self.expr(d, sid) for d in descs[na + 2 * gi : na + 2 * gi + 2])
+                    out.extend(self.guard_lines(g, a, b, "        "))
+        for sid in grp:
+            for p, a0 in sorted(self.plan[sid]["carries"]):
+                prev = self.carry_name[(sid, p, a0)]
+                if prev != self.local[(sid, p)]:
+                    out.append(f"        {prev} = {self.local[(sid, p)]}")
+        return out
+
+    def source(self, fname: str, doc: str) -> FoldedCode:
+        tape, t = self.tape, self.t
+        line_slots = [j for j in np.flatnonzero(self.seg_of[: t.n] < 0).tolist() if t.codes[j] > 0]
+        line_descs = {j: [self.single(a) for a in tape.nodes[j].args] for j in line_slots}
+        guard_descs = {
+            j: [(self.single(g.a), self.single(g.b)) for g in gs]
+            for j, gs in t.guards_at.items()
+            if self.seg_of[j] < 0
+        }
+        self.forward = self._forward_outputs()
+        out_descs = [
+            None if k in self.forwarded else self.single(o) for k, o in enumerate(tape.outputs)
+        ]
+        self.layout()
+        self.names()
+        for g in t.static_guards:  # constant on both sides: decided while tracing
+            assert g.holds(t.cvalue)
+        arglist = ", ".join([p.name for p in self.params] + [self.vname, self.cname, self.oname])
+        lines = [f"def {fname}({arglist}):"]
+        if doc:
+            lines.append(f'    """{doc}"""')
+        self.statements = 0
+        # comparisons of inputs (if x[i] > 0 in a loop) are checked first, runs as loops
+        on_inputs = [j for j in sorted(guard_descs) if t.cls[j] == _INPUTC]
+        lines.extend(
+            self._guard_runs(
+                [(g, ab) for j in on_inputs for g, ab in zip(t.guards_at[j], guard_descs[j])]
+            )
+        )
+        block_comment = None
+        first = {self.segs[grp[0]].start: grp for grp in self.groups}
+        jumps = sorted(first)  # where loops start
+        todo = sorted((set(line_slots) | set(guard_descs) | set(jumps)) - set(on_inputs))
+        after = -1
+        for j in todo:
+            if j < after:
+                continue
+            if j in first:
+                grp = first[j]
+                lines.extend(self.loop_lines(grp))
+                block_comment = None
+                after = self.segs[grp[-1]].stop
+                continue
+            if t.codes[j] > 0:
+                c = self.comment(j)
+                if c is not None and c != block_comment:
+                    lines.append(f"    {c}")
+                block_comment = c
+                node = tape.nodes[j]
+                args = [self.expr(d) for d in line_descs[j]]
+                lines.append(f"    {self.line_names[j]} = {_strip(node.op.code.format(*args))}")
+                self.statements += 1
+            for g, (a, b) in zip(t.guards_at.get(j, ()), guard_descs.get(j, ())):
+                lines.extend(self.guard_lines(g, self.expr(a), self.expr(b), "    "))
+        lines.extend(self._outputs(out_descs))
+        lines.append("    return True")
+        return FoldedCode(
+            "\n".join(lines) + "\n",
+            self.work_size,
+            np.array(self.columns or [0.0], np.float64),
+            list(self.segs),
+            self.statements,
+        )
+
+    def _key(self, d: tuple) -> tuple | None:
+        """(array, index) of a read that a loop can index, else None."""
+        if d[0] == "mem":
+            return ("mem",), self.index(d[1], d[2], d[3], 0)[0]
+        if d[0] == "param" and self.params[d[1]].size is not None:
+            return ("param", d[1]), d[2]
+        return None
+
+    def _guard_runs(self, items: list[tuple[Guard, tuple]]) -> list[str]:
+        """Guards in order; a run of the same comparison on evenly spaced reads is a loop."""
+
+        def key(g: Guard, d: tuple) -> tuple:  # (kind of read, index)
+            k = self._key(d)
+            return k if k is not None else ((g.cmp, g.expected, d), 0)
+
+        keys = [(key(g, a), key(g, b), g.cmp, g.expected) for g, (a, b) in items]
+        lines, i = [], 0
+        while i < len(items):
+            end = i + 1
+            if i + 1 < len(items):
+                (fa, ia), (fb, ib), cmp, exp = keys[i]
+                sa, sb = keys[i + 1][0][1] - ia, keys[i + 1][1][1] - ib
+                while end < len(items):
+                    (ga, ja), (gb, jb), c2, e2 = keys[end]
+                    m = end - i
+                    if (ga, gb, c2, e2) != (fa, fb, cmp, exp) or (ja, jb) != (
+                        ia + sa * m,
+                        ib + sb * m,
+                    ):
+                        break
+                    end += 1
+            g, (a, b) = items[i]
+            if end - i < MIN_REPS:
+                lines.extend(self.guard_lines(g, self.expr(a), self.expr(b), "    "))
+                i += 1
+                continue
+            kv = self.kname
+
+            def read(fam: tuple, i0: int, step: int, d: tuple) -> str:
+                if fam[0] == "mem":
+                    return f"{self.vname}[{_affine(i0, step, kv)}]"
+                if fam[0] == "param":
+                    return f"{self.params[fam[1]].name}[{_affine(i0, step, kv)}]"
+                return self.expr(d)
+
+            lines.append(f"    for {kv} in range({end - i}):")
+            lines.extend(self.guard_lines(g, read(fa, ia, sa, a), read(fb, ib, sb, b), "        "))
+            i = end
+        return lines
+
+    def _forward_outputs(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """Loop positions that only outputs read, one per repetition at evenly spaced
+        indices: the loop writes them to ``out`` itself. (segment, position) -> (k0, dk)."""
+        t, where = self.t, {}
+        for k, o in enumerate(self.tape.outputs):
+            sid = int(self.seg_of[o])
+            if sid >= 0 and not t.is_const[o]:
+                seg = self.segs[sid]
+                q, p = divmod(o - seg.start, seg.size)
+                where.setdefault((sid, p), []).append((q, k))
+        forward: dict[tuple[int, int], tuple[int, int]] = {}
+        self.forwarded: set[int] = set()
+        for (sid, p), qk in where.items():
+            reps = self.segs[sid].reps
+            if p in self.stored[sid] or len(qk) != reps or reps < 2:
+                continue
+            ks = dict(qk)
+            if len(ks) != reps:
+                continue
+            k0, dk = ks.get(0, -1), ks.get(1, -1) - ks.get(0, -1)
+            if all(ks.get(q) == k0 + dk * q for q in range(reps)):
+                forward[(sid, p)] = (k0, dk)
+                self.forwarded.update(ks.values())
+        return forward
+
+    def _outputs(self, descs: list[tuple | None]) -> list[str]:
+        """``out[k] = ...``, runs of evenly spaced reads as loops (None: written by a loop)."""
+        keys = [None if d is None else self._key(d) for d in descs]
+        lines, o, k = [], self.oname, 0
+        while k < len(descs):
+            if descs[k] is None:
+                k += 1
+                continue
+            end = k + 1
+            if keys[k] is not None and k + 1 < len(descs) and keys[k + 1] is not None:
+                fam, i0 = keys[k]
+                step = keys[k + 1][1] - i0
+                while (
+                    end < len(descs)
+                    and keys[end] is not None
+                    and keys[end][0] == fam
+                    and keys[end][1] == i0 + step * (end - k)
+                ):
+                    end += 1
+            if end - k >= MIN_REPS:
+                fam, i0 = keys[k]
+                step = keys[k + 1][1] - i0
+                name = self.vname if fam[0] == "mem" else self.params[fam[1]].name
+                kv = self.kname
+                lines.append(f"    for {kv} in range({end - k}):")
+                lines.append(f"        {o}[{_affine(k, 1, kv)}] = {name}[{_affine(i0, step, kv)}]")
+                k = end
+            else:
+                lines.append(f"    {o}[{k}] = {self.expr(descs[k])}")
+                k += 1
+        return lines
+
+
+def generate(
+    tape: Tape, segments: Sequence[Segment], fname: str, params: Sequence[Param], doc: str = ""
+) -> FoldedCode:
+    """The folded function's source, work-array size and constant columns."""
+    return _Gen(tape, segments, params).source(fname, doc)
+
+
+def folded_source(
+    tape: Tape, segments: Sequence[Segment], fname: str, params: Sequence[Param], doc: str = ""
+) -> str:
+    """Source of ``def fname(*params, v, c, out) -> bool`` with each segment as a loop.
+
+    ``v`` is a float64 work array and ``c`` the constant columns; see :func:`generate`.
+    """
+    return generate(tape, segments, fname, params, doc).text
+
+
+# ------------------------------------------------------------------ printing and explaining
+
+
+def describe(tape: Tape, segments: Sequence[Segment]) -> str:
+    """The tape as SSA text, each folded segment printed once (``fold 3 x 998:``).
+
+    Inside a fold, ``v[18 + 3*r]`` is slot 18 + 3 r, for repetition r.
+    """
+    t = _Tables(tape, None)
+    starts = {s.start: s for s in segments}
+    lines: list[str] = []
+    j = 0
+    while j < len(tape.nodes):
+        seg = starts.get(j)
+        if seg is None:
+            if not t.is_const[j]:
+                lines.append(tape.statement(j))
+                lines.extend(_guard_text(tape, g) for g in t.guards_at.get(j, ()))
+            j += 1
+            continue
+        k = seg.size
+        lines.append(f"fold {k} x {seg.reps}: slots {seg.start}..{seg.stop - 1}, r = 0..")
+        lines[-1] += f"{seg.reps - 1}"
+
+        def slot(c: int, s0: int) -> str:
+            a0 = int(t.args[s0, c])
+            a1 = int(t.args[s0 + k, c]) if seg.reps > 1 else a0
+            if t.is_const[a0] and not (seg.reps > 1 and seg.start <= a1 < seg.start + k):
+                vals = t.cvalue[t.args[s0 : seg.stop : k, c]]
+                return repr(float(vals[0])) if (vals == vals[0]).all() else f"c{s0}_{c}[r]"
+            if seg.reps > 1 and a0 < seg.start <= a1 and a0 != a1 - k:  # carried in
+                return f"v[{_affine(a1 - k, k, 'r')}] (v[{a0}] for r = 0)".replace(" * ", "*")
+            return f"v[{_affine(a0, a1 - a0, 'r')}]".replace(" * ", "*")
+
+        for p in range(k):
+            s0 = seg.start + p
+            node = tape.nodes[s0]
+            if t.is_const[s0]:
+                continue
+            opds = ", ".join(slot(c, s0) for c in range(len(node.args)))
+            lhs = f"v[{_affine(s0, k, 'r')}]".replace(" * ", "*")
+            lines.append(f"    {lhs} = {node.op.name}({opds})")
+            for gi, g in enumerate(t.guards_at.get(s0, ())):
+                a, b = slot(2 + 2 * gi, s0), slot(3 + 2 * gi, s0)
+                lines.append(f"    guard {a} {g.cmp} {b} is {g.expected}")
+        j = seg.stop
+    for g in t.static_guards:
+        lines.append(_guard_text(tape, g))
+    lines.append("out " + ", ".join(tape.operand(o) for o in tape.outputs))
+    return "\n".join(lines)
+
+
+def _guard_text(tape: Tape, g: Guard) -> str:
+    return f"guard {tape.operand(g.a)} {g.cmp} {tape.operand(g.b)} is {g.expected}"
+
+
+def explain(tape: Tape, segments: Sequence[Segment], statements: int | None = None) -> str:
+    """One paragraph for ``ad.show_code``: what was folded, how many times."""
+    return _explain(_Tables(tape, None), segments, statements)
+
+
+def _explain(t: _Tables, segments: Sequence[Segment], statements: int | None) -> str:
+    ops = t.n_ops(0, t.n)
+    if not segments:
+        return (
+            f"No repeated segments were found among this tape's {ops} operations, "
+            "so nothing was folded into loops."
+        )
+    folded = sum(t.n_ops(s.start, s.stop) for s in segments)
+    parts = [str(s) for s in segments[:4]]
+    if len(segments) > 4:
+        parts.append(f"and {len(segments) - 4} more")
+    text = (
+        f"Folded {len(segments)} repeated segment{'s' * (len(segments) > 1)} of the tape "
+        f"into for loops: {'; '.join(parts)}. {folded} of its {ops} operations run in "
+        f"loops whose body is written once, {ops - folded} as straight-line code"
+    )
+    if statements is not None:
+        text += f": the source has {statements} statements instead of {ops}"
+    return text + "."
+
+
+def folded_statements(tape: Tape, segments: Sequence[Segment]) -> int:
+    """How many primitive statements the folded source prints (what Numba compiles)."""
+    return _statements(_Tables(tape, None), segments)
+
+
+def _statements(t: _Tables, segments: Sequence[Segment]) -> int:
+    inside = sum(t.n_ops(s.start, s.stop) - t.n_ops(s.start, s.start + s.size) for s in segments)
+    return t.n_ops(0, t.n) - inside
+
+
+# ------------------------------------------------------------------ compiling
+
+
+@dataclass
+class Plan:
+    """What folding would do to a tape: its segments and the statements left to compile."""
+
+    segments: list[Segment]
+    statements: int  # primitive statements the folded source prints
+    ops: int  # primitive operations in the tape (what straight-line code prints)
+    tables: _Tables = field(repr=False)
+
+    def worth_it(self, limit: int) -> bool:
+        """Fold when it at least halves the statements and leaves at most ``limit``."""
+        return bool(self.segments) and self.statements <= min(limit, self.ops // 2)
+
+
+def plan(tape: Tape, params: Sequence[Param]) -> Plan:
+    """Find the segments of ``tape`` and count what the folded source would print."""
+    t = _Tables(tape, params)
+    segments = _find(t, MIN_REPS, MIN_SAVED)
+    return Plan(segments, _statements(t, segments), t.n_ops(0, t.n), t)
+
+
+class FoldedFunction:
+    """A tape compiled with its repeated segments as loops.
+
+    ``call(*args) -> (ok, outputs)`` as :class:`adcompile.jit.Compiled`;
+    ``source`` is the generated module, ``explanation`` says what was folded.
+    ``segments`` may be given (a list, or a :class:`Plan` already made for
+    this tape and these params); by default they are found here.
+    """
+
+    kind = "folded"
+
+    def __init__(
+        self,
+        tape: Tape,
+        params: Sequence[Param],
+        fname: str,
+        doc: str = "",
+        segments: Sequence[Segment] | Plan | None = None,
+    ) -> None:
+        from .jit import compile_now, load_source  # the Numba side, imported on use
+
+        self.tape = tape
+        self.params = list(params)
+        self.timings: dict[str, float] = {}  # seconds per stage
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            self.timings[stage] = now - clock
+            clock = now
+
+        if isinstance(segments, Plan):
+            t, self.segments = segments.tables, list(segments.segments)
+        else:
+            t = _Tables(tape, params)
+            self.segments = _find(t, MIN_REPS, MIN_SAVED) if segments is None else list(segments)
+        lap("find")
+        code = self.code = _Gen(tape, self.segments, params, t).source(fname, doc)
+        self.explanation = _explain(t, self.segments, code.statements)
+        header = "".join(f"# {ln}\n" for ln in _wrap(self.explanation, 76))
+        self.source = module_source([header + code.text])
+        lap("generate")
+        arr = "float64[::1]"
+        types = ["float64" if p.size is None else arr for p in params] + [arr, arr, arr]
+        mod = load_source(self.source, fname)
+        self._fn = compile_now(getattr(mod, fname), f"boolean({', '.join(types)})")
+        lap("compile")
+        self._work = code.work_size
+        self._columns = code.columns
+        self.n_out = len(tape.outputs)
+
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
+        out = np.empty(self.n_out)
+        return self._fn(*args, np.empty(self._work), self._columns, out), out
+
+
+def compile_folded(
+    tape: Tape, params: Sequence[Param], fname: str, doc: str = ""
+) -> FoldedFunction:
+    """Fold ``tape`` and compile it (see :class:`FoldedFunction`)."""
+    return FoldedFunction(tape, params, fname, doc)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines, cur = [], ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    return lines + ([cur] if cur else [])

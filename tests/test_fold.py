@@ -1,0 +1,501 @@
+"""Folding repeated tape segments into loops: detection, generated code, compiled results.
+
+Every folded function is checked against the interpreter on the same tape
+(rtol 1e-12): compiled with Numba for the workloads, and executed as plain
+Python (the generated source needs only ``math``) for the many random tapes
+hypothesis draws, which keeps those fast.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import adcompile as ad
+from adcompile import fold, interpret
+from adcompile.codegen import Param, module_source
+from adcompile.ops import OPS
+from adcompile.reverse import grad_tape
+from adcompile.tape import CONST, INPUT, Guard, Node, Tape
+
+RTOL = 1e-12
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+def params_of(*args) -> list[Param]:
+    return [
+        Param(f"a{k}", None if np.ndim(a) == 0 else int(np.size(a))) for k, a in enumerate(args)
+    ]
+
+
+def flat_args(*args) -> list:
+    return [float(a) if np.ndim(a) == 0 else np.ascontiguousarray(a, float).ravel() for a in args]
+
+
+def point(*args) -> np.ndarray:
+    return np.concatenate([np.atleast_1d(np.asarray(a, float)).ravel() for a in args])
+
+
+def run_python(tape: Tape, segments, params, args) -> tuple[bool, np.ndarray]:
+    """Run the folded source as plain Python (no Numba)."""
+    code = fold.generate(tape, segments, "f", params)
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
+    out = np.empty(len(tape.outputs))
+    ok = ns["f"](*args, np.empty(code.work_size), code.columns, out)
+    return ok, out
+
+
+def assert_matches(got, tape: Tape, args) -> None:
+    ref = np.array(interpret.evaluate(tape, point(*args)))
+    np.testing.assert_allclose(got, ref, rtol=RTOL, atol=0)
+
+
+def compiled_check(f, *args, name: str = "f") -> fold.FoldedFunction:
+    """Trace f, fold its gradient tape, compile, compare with the interpreter."""
+    gt = grad_tape(ad.trace(f, *args))
+    ff = fold.compile_folded(gt, params_of(*args), name)
+    ok, out = ff.call(*flat_args(*args))
+    assert ok
+    assert_matches(out, gt, args)
+    return ff
+
+
+def statements(source: str) -> int:
+    return sum(1 for ln in source.splitlines() if ln.strip() and not ln.lstrip().startswith("#"))
+
+
+# ---------------------------------------------------------------- the workloads
+
+
+def rosen_loop(x):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+
+def rosen_numpy(x):
+    return np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def rosen_grad(x):
+    g = np.zeros_like(x)
+    d = x[1:] - x[:-1] ** 2
+    g[:-1] += -400 * x[:-1] * d - 2 * (1 - x[:-1])
+    g[1:] += 200 * d
+    return g
+
+
+@pytest.mark.parametrize("f", [rosen_loop, rosen_numpy])
+def test_rosenbrock_folds_compiles_and_matches(f):
+    x = 0.9 * np.cos(np.arange(200))
+    ff = compiled_check(f, x, name=f.__name__)
+    assert ff.kind == "folded"
+    gt = ff.tape
+    folded = sum(gt.nodes[j].op != CONST for s in ff.segments for j in range(s.start, s.stop))
+    assert folded > 0.95 * gt.n_ops
+    np.testing.assert_allclose(ff.call(x)[1][1:], rosen_grad(x), rtol=1e-12, atol=1e-12)
+    assert "for r in range(" in ff.source and "Folded" in ff.explanation
+    assert re.search(r"\n        out\[\d+ - r\] = ", ff.source)  # the gradient, from the loop
+
+
+@pytest.mark.parametrize("f", [rosen_loop, rosen_numpy])
+def test_source_length_does_not_grow_with_n(f):
+    sizes = []
+    for n in (40, 400):
+        gt = grad_tape(ad.trace(f, 0.9 * np.cos(np.arange(n))))
+        params = [Param("x", n)]
+        segs = fold.find_segments(gt, params)
+        sizes.append(statements(fold.folded_source(gt, segs, "f", params)))
+        assert fold.folded_statements(gt, segs) < 40
+    assert sizes[0] == sizes[1]
+
+
+def chain(n):
+    def f(x):
+        for _ in range(n):
+            x = ad.sin(x) + 0.5 * x
+        return x
+
+    return f
+
+
+def test_chain_folds_and_gives_the_derivative():
+    ff = compiled_check(chain(25), 0.3)
+    x, d = 0.3, 1.0
+    for _ in range(25):
+        d *= math.cos(x) + 0.5
+        x = math.sin(x) + 0.5 * x
+    ok, out = ff.call(0.3)
+    assert out[0] == pytest.approx(x, rel=1e-14) and out[1] == pytest.approx(d, rel=1e-12)
+    long = grad_tape(ad.trace(chain(600), 0.3))
+    segs = fold.find_segments(long, [Param("x", None)])
+    assert [s.reps for s in segs] == [600, 598]  # forward; adjoint less its two edges
+    assert statements(fold.folded_source(long, segs, "f", [Param("x", None)])) < 30
+
+
+H = 3  # hidden units: small, so that Numba compiles the loop body quickly
+
+
+def mlp_loss(p, X, y):
+    """A 2-H-H-1 ReLU MLP's hinge loss, written as a Python loop over examples."""
+    total = 0.0
+    for e in range(len(y)):
+        h1 = [
+            ad.relu(p[2 * j] * X[e, 0] + p[2 * j + 1] * X[e, 1] + p[2 * H + j]) for j in range(H)
+        ]
+        o2 = 3 * H
+        h2 = [
+            ad.relu(sum(p[o2 + H * j + k] * h1[k] for k in range(H)) + p[o2 + H * H + j])
+            for j in range(H)
+        ]
+        o3 = o2 + H * H + H
+        score = sum(p[o3 + k] * h2[k] for k in range(H)) + p[o3 + H]
+        total = total + ad.relu(1 - y[e] * score)
+    return total / len(y) + 1e-4 * sum(q * q for q in p)
+
+
+def mlp_data(n):
+    rng = np.random.default_rng(0)
+    p = rng.uniform(-1, 1, 3 * H + H * H + 2 * H + 1)
+    return p, rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+
+
+def test_mlp_loop_over_examples_folds_per_example():
+    p, X, y = mlp_data(8)
+    gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
+    ff = fold.compile_folded(gt, params_of(p, X, y), "mlp")
+    ok, out = ff.call(*flat_args(p, X, y))
+    assert ok
+    assert_matches(out, gt, (p, X, y))
+    big = [s for s in ff.segments if s.size > 30]
+    assert len(big) == 2 and all(s.reps >= 6 for s in big)  # forward and adjoint per example
+    # parameters used by every example get the sum of their contributions
+    eps = 1e-6
+    f0 = interpret.evaluate(gt, point(p, X, y))[0]
+    q = p.copy()
+    q[0] += eps
+    f1 = interpret.evaluate(gt, point(q, X, y))[0]
+    assert out[1] == pytest.approx((f1 - f0) / eps, rel=1e-3, abs=1e-6)
+
+
+def test_mlp_source_length_does_not_grow_with_examples():
+    sizes = []
+    for n in (8, 16):
+        p, X, y = mlp_data(n)
+        gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
+        params = params_of(p, X, y)
+        sizes.append(
+            statements(fold.folded_source(gt, fold.find_segments(gt, params), "f", params))
+        )
+    assert sizes[0] == sizes[1]
+
+
+# ---------------------------------------------------------------- guards, columns, printing
+
+
+def test_guards_fold_with_their_loop_and_still_reject_other_branches():
+    def f(x):
+        s = x[0]
+        for i in range(1, len(x)):
+            if x[i] > 0:  # a guard on an input
+                s = s + x[i] * ad.sin(s)
+            if s < 100.0:  # a guard on a computed value, inside the loop
+                s = s * 0.9
+        return s
+
+    x = 0.5 + 0.4 * np.cos(np.arange(30))
+    ff = compiled_check(f, x)
+    assert len(ff.tape.guards) == 58
+    assert ff.source.count("return False") < 8  # checked in loops, not one line each
+    bad = x.copy()
+    bad[17] = -1.0
+    assert not ff.call(bad)[0]
+    assert not ff.call(x * 1000)[0]  # s grows past 100: another branch
+
+
+def test_constants_that_differ_per_repetition_are_read_from_a_column():
+    w = [1.0 + 0.5 * i for i in range(20)]
+
+    def f(x):
+        return sum(w[i] * ad.sin(x[i]) ** 2 for i in range(len(x)))
+
+    ff = compiled_check(f, np.linspace(-1, 1, 20))
+    assert ff.code.columns.size >= 18 and "c[" in ff.source
+
+
+def test_describe_and_explain():
+    gt = grad_tape(ad.trace(chain(50), 0.3))
+    segs = fold.find_segments(gt)
+    text = fold.describe(gt, segs)
+    assert "fold 3 x 50:" in text and "sin(v[" in text and text.count("\n") < 20
+    words = fold.explain(gt, segs)
+    assert "3 slots x 50 repetitions" in words and "Folded 2" in words
+    assert "nothing was folded" in fold.explain(gt, [])
+
+
+def test_a_segment_that_does_not_repeat_is_refused():
+    gt = grad_tape(ad.trace(chain(20), 0.3))
+    (s, _) = fold.find_segments(gt)
+    with pytest.raises(ValueError, match="does not repeat"):
+        fold.folded_source(
+            gt, [fold.Segment(s.start + 1, s.size, s.reps)], "f", [Param("x", None)]
+        )
+    with pytest.raises(ValueError, match="overlaps"):
+        fold.folded_source(gt, [s, s], "f", [Param("x", None)])
+
+
+# ---------------------------------------------------------------- random repetition structure
+
+UNARY = [OPS[n] for n in ("sin", "cos", "tanh", "neg")]
+BINARY = [OPS[n] for n in ("add", "sub", "mul")]
+
+
+def build(body, reps, n_in, mutation=None):
+    """A tape: n_in inputs, a prelude, then ``body`` repeated ``reps`` times.
+
+    A body item is ("const", value, varies) or (op, operands); an operand is
+    ("same", d) (d slots back in this repetition), ("carry", d) (d slots back,
+    into the previous repetition), ("input", offset, stride) or ("inv", k)
+    (prelude slot k). ``mutation`` makes a near miss in one repetition.
+    """
+    nodes = [Node(INPUT) for _ in range(n_in)]
+    nodes.append(Node(OPS["mul"], (0, n_in - 1)))
+    nodes.append(Node(OPS["sin"], (n_in,)))
+    prelude = [n_in, n_in + 1]
+    k = len(body)
+    for r in range(reps):
+        base = len(nodes)
+        for p, item in enumerate(body):
+            if item[0] == "const":
+                value = item[1] + (0.25 * r if item[2] else 0.0)
+                if mutation == ("const", r, p):
+                    value += 1.0
+                nodes.append(Node(CONST, (), value))
+                continue
+            op, operands = item
+            if mutation is not None and mutation[:3] == ("op", r, p):
+                op = mutation[3]
+            args = []
+            for opd in operands:
+                kind = opd[0]
+                if kind == "same":
+                    args.append(base + p - opd[1])
+                elif kind == "carry":
+                    args.append(max(0, base + p - opd[1]))
+                elif kind == "input":
+                    stride = opd[2]
+                    if mutation is not None and mutation[0] == "stride" and r >= mutation[1]:
+                        stride += 1
+                    args.append((opd[1] + stride * r) % n_in)
+                else:
+                    args.append(prelude[opd[1]])
+            nodes.append(Node(op, tuple(args)))
+    n = len(nodes)
+    ends = [j for j in range(n_in + 1 + k, n, k) if nodes[j].op != CONST]
+    total = n_in + 1
+    for j in ends:  # output 0 sums every repetition's last value: the adjoint spans them all
+        nodes.append(Node(OPS["add"], (total, j)))
+        total = len(nodes) - 1
+    outs = [total, *range(max(n_in + 2, n - k), n), n_in + 2 + k, n_in + 2 + 2 * k + 1]
+    outs = [j for j in outs if j < len(nodes) and nodes[j].op != CONST]
+    return Tape(nodes, list(range(n_in)), outs)
+
+
+@st.composite
+def bodies(draw):
+    k = draw(st.integers(1, 7))
+    body = []
+    for p in range(k):
+        if p < k - 1 and draw(st.integers(0, 5)) == 0:
+            body.append(("const", draw(st.sampled_from([0.5, 2.0, -1.5])), draw(st.booleans())))
+            continue
+        op = draw(st.sampled_from(UNARY + BINARY))
+        operands = []
+        for _ in range(op.arity):
+            choices = ["carry", "input", "inv"] + (["same"] if p > 0 else [])
+            kind = draw(st.sampled_from(choices))
+            if kind == "same":
+                operands.append(("same", draw(st.integers(1, p))))
+            elif kind == "carry":
+                operands.append(("carry", draw(st.integers(p + 1, p + k))))
+            elif kind == "input":
+                operands.append(("input", draw(st.integers(0, 3)), draw(st.integers(0, 2))))
+            else:
+                operands.append(("inv", draw(st.integers(0, 1))))
+        body.append((op, operands))
+    return body
+
+
+def finite(tape: Tape) -> bool:
+    vals = interpret.values(tape, 0.3 + 0.5 * np.sin(np.arange(len(tape.inputs)) + 1.0))
+    return bool(np.isfinite(vals).all() and np.abs(vals).max() < 1e6)
+
+
+def check_random(tape: Tape, **thresholds: int) -> list:
+    """Fold, run the folded source as Python, compare with the interpreter; the segments."""
+    x = 0.3 + 0.5 * np.sin(np.arange(len(tape.inputs)) + 1.0)
+    params = [Param("x", len(tape.inputs))]
+    segs = fold.find_segments(tape, params, **thresholds)
+    ok, out = run_python(tape, segs, params, [x])
+    assert ok
+    assert_matches(out, tape, (x,))
+    return segs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=bodies(), reps=st.integers(1, 12), mutate=st.integers(0, 3), where=st.integers(0, 11))
+def test_random_repetition_structure(body, reps, mutate, where):
+    """Random bodies, repeated; sometimes one repetition differs; forward and adjoint."""
+    n_in = 4 + 3 * reps
+    r = min(where, reps - 1)
+    ops = [p for p, item in enumerate(body) if item[0] != "const"]
+    consts = [p for p, item in enumerate(body) if item[0] == "const"]
+    mutation = None
+    if mutate == 1:
+        p = ops[where % len(ops)]
+        op = body[p][0]
+        other = [o for o in (UNARY if op.arity == 1 else BINARY) if o is not op]
+        mutation = ("op", r, p, other[where % len(other)])
+    elif mutate == 2:
+        mutation = ("stride", r)
+    elif mutate == 3 and consts:
+        mutation = ("const", r, consts[where % len(consts)])
+    tape = build(body, reps, n_in, mutation)
+    assume(finite(tape))
+    for t in (tape, grad_tape(tape)):
+        check_random(t, min_reps=2, min_saved=1)  # fold whatever repeats at all
+
+
+# ---------------------------------------------------------------- near misses
+
+BODY = [
+    (OPS["mul"], [("input", 0, 1), ("input", 1, 1)]),
+    (OPS["sin"], [("same", 1)]),
+    ("const", 2.0, False),
+    (OPS["mul"], [("same", 1), ("same", 2)]),
+    (OPS["add"], [("carry", 5), ("same", 1)]),
+]
+
+
+def segments_of(tape: Tape, reps: int, n_in: int) -> list:
+    """The checked segments that lie in the repeated body (not in the final sum)."""
+    assert finite(tape)
+    return [s for s in check_random(tape) if s.start < rep_slot(reps, 0, n_in)]
+
+
+def rep_slot(r: int, p: int, n_in: int) -> int:
+    """Slot of body position p in repetition r of ``build``."""
+    return n_in + 2 + 5 * r + p
+
+
+def test_clean_body_folds_in_one_segment():
+    (s,) = segments_of(build(BODY, 30, 40), 30, 40)
+    assert s.size == 5 and s.reps == 30
+
+
+def test_stride_that_changes_halfway_splits_the_segment():
+    segs = segments_of(build(BODY, 30, 80, mutation=("stride", 15)), 30, 80)
+    assert len(segs) == 2
+    before, after = rep_slot(14, 0, 80), rep_slot(15, 0, 80)
+    assert not any(s.start <= before and after < s.stop for s in segs)
+    assert sum(s.reps for s in segs) >= 27
+
+
+def test_one_repetition_with_another_op_is_left_out():
+    tape = build(BODY, 30, 40, mutation=("op", 12, 1, OPS["cos"]))
+    segs = segments_of(tape, 30, 40)
+    odd = rep_slot(12, 1, 40)
+    assert len(segs) == 2 and not any(s.start <= odd < s.stop for s in segs)
+    assert check_random(grad_tape(tape))
+
+
+def test_a_constant_that_differs_in_one_repetition_is_read_per_repetition():
+    tape = build(BODY, 30, 40, mutation=("const", 7, 2))
+    segs = segments_of(tape, 30, 40)
+    assert sum(s.reps for s in segs) >= 25
+    code = fold.generate(tape, segs, "f", [Param("x", 40)])
+    assert 3.0 in code.columns.tolist() or len(segs) > 1
+
+
+def test_guard_that_differs_in_one_repetition_is_not_folded_over():
+    tape = build(BODY, 20, 40)
+    guards = []
+    two = rep_slot(0, 2, 40)  # the constant 2.0 of repetition 0
+    for r in range(20):  # sin(...) < 2.0 in every repetition, ">" in one
+        guards.append(Guard("<" if r != 9 else ">", rep_slot(r, 1, 40), two, r != 9))
+    tape.guards = guards
+    x = 0.3 + 0.5 * np.sin(np.arange(40) + 1.0)
+    params = [Param("x", 40)]
+    segs = fold.find_segments(tape, params)
+    assert segs and not any(s.start <= rep_slot(9, 1, 40) < s.stop for s in segs)
+    assert "if not (" in fold.folded_source(tape, segs, "f", params)
+    ok, _ = run_python(tape, segs, params, [x])
+    assert ok == all(g.holds(interpret.values(tape, x)) for g in tape.guards)
+
+
+# ---------------------------------------------------------------- cost
+
+
+def synthetic_chain(reps: int) -> Tape:
+    """The chain workload's value-and-gradient tape, built directly (no tracing)."""
+    sin, cos, mul, add = (OPS[n] for n in ("sin", "cos", "mul", "add"))
+    nodes = [Node(CONST, (), 0.5), Node(INPUT)]
+    x = 1
+    xs = []
+    for _ in range(reps):
+        xs.append(x)
+        nodes += [Node(sin, (x,)), Node(mul, (0, x))]
+        nodes.append(Node(add, (len(nodes) - 2, len(nodes) - 1)))
+        x = len(nodes) - 1
+    g = None
+    for x in reversed(xs):
+        j = len(nodes)
+        if g is None:
+            nodes += [Node(cos, (x,)), Node(add, (j, 0))]
+        else:
+            nodes += [Node(mul, (g, 0)), Node(cos, (x,)), Node(mul, (g, j + 1))]
+            nodes.append(Node(add, (j, j + 2)))
+        g = len(nodes) - 1
+    return Tape(nodes, [1], [x, g])
+
+
+def test_folding_time_is_about_linear():
+    def best(tape: Tape) -> float:
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            segs = fold.find_segments(tape)
+            times.append(time.perf_counter() - t0)
+        assert len(segs) == 2
+        return min(times)
+
+    small, big = synthetic_chain(10_000), synthetic_chain(100_000)
+    t_small, t_big = best(small), best(big)
+    assert t_big < 30 * t_small, (t_small, t_big)
+    assert t_big < 5.0
+
+
+def test_random_tape_that_does_not_fold_is_cheap_to_scan():
+    rng = np.random.default_rng(0)
+    n = 20_000
+    nodes = [Node(INPUT) for _ in range(4)]
+    for k in range(n):
+        j = 4 + k
+        lo = max(4, j - 50)
+        a, b = (int(u * (j - lo + 4)) for u in rng.random(2))
+        a, b = (i if i < 4 else lo + i - 4 for i in (a, b))
+        op = [OPS["add"], OPS["mul"], OPS["sin"], OPS["tanh"]][rng.integers(4)]
+        nodes.append(Node(op, (a, b)[: op.arity]))
+    tape = Tape(nodes, [0, 1, 2, 3], [len(nodes) - 1])
+    t0 = time.perf_counter()
+    assert fold.find_segments(tape) == []
+    assert time.perf_counter() - t0 < 2.0
