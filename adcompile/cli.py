@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["clear", "path"], help="clear it, or print where it is")
     p.set_defaults(run=cmd_cache)
 
+    p = sub.add_parser(
+        "bench",
+        help="benchmark against micrograd, torch, jax and hand-written Numba",
+        description="Run the benchmarks of a source checkout (its benchmarks/ folder); "
+        "every option is passed on: see 'adcompile bench --help-bench'.",
+        add_help=False,
+    )
+    p.add_argument("--help-bench", "-h", "--help", action="store_true", dest="bench_help")
+    p.set_defaults(run=cmd_bench)
+
     from .cli_symbolic import add_check_parser, add_grad_parser
 
     for add in (add_check_parser, add_grad_parser):
@@ -61,10 +71,35 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``benchmarks.run`` from the current directory or the checkout this package is in."""
+    import importlib
+    from pathlib import Path
+
+    roots = [Path.cwd(), Path(__file__).resolve().parent.parent]
+    for root in roots:
+        if (root / "benchmarks" / "run.py").is_file():
+            if str(root) not in sys.path:
+                sys.path.insert(0, str(root))
+            run = importlib.import_module("benchmarks.run")
+            return run.main(["--help"] if args.bench_help else args.rest)
+    print(
+        "adcompile bench: no benchmarks/ folder here; run it from a checkout of the "
+        "adcompile repository (git clone ..., then: pip install -e '.[bench]' && "
+        "adcompile bench --quick)",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "run", None) is cmd_bench:
+        args.rest = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command is None:
         parser.print_help()
         return 2
