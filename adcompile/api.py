@@ -24,7 +24,15 @@ from .codegen import Param
 from .interpret import first_nonfinite
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
-from .value import Value, _const, build_tape, debug_nans_enabled, nonfinite_error, tracing
+from .value import (
+    Value,
+    _const,
+    build_tape,
+    debug_nans_enabled,
+    gc_paused,
+    nonfinite_error,
+    tracing,
+)
 
 #: How many specialisations (branch paths) one function keeps per argument shape.
 MAX_SPECIALISATIONS = 16
@@ -178,7 +186,8 @@ def trace(f: Callable, *args: Any) -> Tape:
     """The tape of ``f`` at ``args``: prints as SSA text, runs, compiles, goes to SymPy."""
     if isinstance(f, Transformed):
         f = f.fun
-    return trace_call(f, args)
+    with gc_paused():
+        return trace_call(f, args)
 
 
 # ------------------------------------------------------------------ transforms
@@ -313,6 +322,10 @@ class Transformed:
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        with gc_paused():  # tracing and the adjoint build large acyclic graphs
+            return self._specialise_now(key, args)
+
+    def _specialise_now(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         names = _unique_params(self.fun, len(args))
         if self.leaves is not None:  # argument 0 holds the leaves' values
             leaves = list(self.leaves())

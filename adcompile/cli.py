@@ -8,12 +8,10 @@ imports happen inside the commands so that ``adcompile --help`` starts fast.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import random
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TextIO
 
 
@@ -145,19 +143,6 @@ class Progress:
         self.stream.flush()
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    # Value graphs hold no reference cycles (reference counting frees them), so the
-    # cyclic collector only rescans the live graph over and over while it is built.
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 # ---------------------------------------------------------------- demo
 
 DEMO_DOC = (
@@ -175,6 +160,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .nn import MLP, HingeLoss
     from .optim import SGD
     from .step import compile_loss
+    from .value import gc_paused
 
     X, y = make_moons(args.points, noise=0.1, seed=args.seed)
     random.seed(args.seed)
@@ -194,7 +180,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     bar = Progress(args.epochs)
     start = time.perf_counter()
-    with _gc_paused():
+    with gc_paused():
         step = None if args.eager else compile_loss(loss_fn, params)
         for k in range(args.epochs):
             loss = loss_fn(rows, labels) if step is None else step(X, y)

@@ -6,6 +6,8 @@ from .ops import OPS, Op
 from .tape import CONST, INPUT, Guard, Node, Tape
 
 _MUL, _ADD, _SUB, _DIV, _NEG, _POW = (OPS[n] for n in ("mul", "add", "sub", "div", "neg", "pow"))
+_IDENTITY_OPS = frozenset({_MUL, _ADD, _SUB, _DIV, _NEG, _POW})
+_node = tuple.__new__  # Node(op, args, value) without NamedTuple's keyword handling
 
 
 def _identity(node: Node, nodes: list[Node]) -> int | None:
@@ -39,18 +41,23 @@ def simplify(tape: Tape) -> Tape:
     remove every slot that reaches no output or guard."""
     nodes: list[Node] = []
     alias: list[int] = []
+    append, keep = nodes.append, alias.append
     for node in tape.nodes:
-        if isinstance(node.op, Op):
-            node = Node(node.op, tuple(alias[a] for a in node.args))
-            same = _identity(node, nodes)
+        op = node.op
+        if isinstance(op, Op):
+            args = node.args
+            moved = tuple([alias[a] for a in args])
+            if moved != args:
+                node = _node(Node, (op, moved, 0.0))
+            same = _identity(node, nodes) if op in _IDENTITY_OPS else None
             if same is not None:
-                alias.append(same)
-                nodes.append(node)  # placeholder, dead after aliasing
+                keep(same)
+                append(node)  # placeholder, dead after aliasing
                 continue
-            if all(nodes[a].op == CONST for a in node.args):
-                node = Node(CONST, (), node.op.eval(*(nodes[a].value for a in node.args)))
-        alias.append(len(nodes))
-        nodes.append(node)
+            if all(nodes[a].op == CONST for a in moved):
+                node = _node(Node, (CONST, (), op.eval(*[nodes[a].value for a in moved])))
+        keep(len(nodes))
+        append(node)
     outputs = [alias[o] for o in tape.outputs]
     guards = [g._replace(a=alias[g.a], b=alias[g.b]) for g in tape.guards]
     return prune(tape, nodes, outputs, guards)
@@ -78,9 +85,12 @@ def prune(
     for i, node in enumerate(nodes):
         if live[i]:
             new_index[i] = len(kept)
-            kept.append(
-                node._replace(args=tuple(new_index[a] for a in node.args)) if node.args else node
-            )
+            args = node.args
+            if args:
+                moved = tuple([new_index[a] for a in args])
+                if moved != args:
+                    node = _node(Node, (node.op, moved, node.value))
+            kept.append(node)
 
     def keep(per_slot: list | None) -> list | None:
         return None if per_slot is None else [x for x, lv in zip(per_slot, live) if lv]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from .passes import simplify
-from .tape import Tape, active_slots, forward_sweep, reverse_sweep
-from .value import Value, _const, _serial, build_tape, graph_roots, topological_order
+from .tape import CONST, Node, Tape, active_slots, forward_sweep, reverse_sweep
+from .value import Value, _const, _serial, _serial_of
 
 
 class _Adjoints(list):
@@ -54,27 +54,60 @@ def grad_tape(tape: Tape, wrt: Sequence[int] | None = None, output: int = 0) -> 
     for k in wrt:
         g = adj[tape.inputs[k]]
         grads.append(g if isinstance(g, Value) else _const(0.0 if g is None else g))
-    y = vals[out] if isinstance(vals[out], Value) else _const(vals[out])
-    guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in tape.guards]
-    roots = graph_roots([y, *grads], inputs, guards)
-    order = topological_order(roots)
-    new = build_tape([y, *grads], inputs, guards, tape.names, order=order)
+
+    # The new tape starts with the primal tape as it is (slot k of both is the
+    # same value); the Values the sweep recorded follow in creation order.
+    n = len(tape.nodes)
+    index = {id(v): k for k, v in enumerate(vals)}  # primal Value -> its slot
+    recorded = _recorded(grads, index)
+    nodes: list[Node] = list(tape.nodes)
+    mk = tuple.__new__
+    for v in recorded:
+        if v._fn is None:  # a constant operand of a derivative rule
+            node = mk(Node, (CONST, (), v.data))
+        else:
+            node = mk(Node, (v._fn, tuple([index[id(p)] for p in v._prev]), 0.0))
+        index[id(v)] = len(nodes)
+        nodes.append(node)
+    outputs = [out] + [index[id(g)] for g in grads]
 
     # Name each slot after the primal tape: vK for primal slot K, bK for the
     # adjoint of primal slot K, tJ for a temporary; and note which primal
     # statement's adjoint block each slot belongs to.
-    primal_of = {id(v): k for k, v in enumerate(vals)}
+    role = adj.role
     mark_serials = [m[0] for m in marks]
-    names, blocks = [], []
-    for j, v in enumerate(order):
-        k = primal_of.get(id(v))
-        if k is not None:
-            names.append(f"v{k}")
-            blocks.append(-1)
-            continue
-        a = adj.role.get(id(v))
+    names = [f"v{k}" for k in range(n)]
+    blocks = [-1] * n
+    for j, v in enumerate(recorded, n):
+        a = role.get(id(v))
         names.append(f"b{a}" if a is not None else f"t{j}")
         pos = bisect.bisect_right(mark_serials, v._serial) - 1
         blocks.append(marks[pos][1] if pos >= 0 else -1)
-    new.slot_names, new.blocks, new.primal = names, blocks, tape
+    new = Tape(
+        nodes,
+        tape.inputs,
+        outputs,
+        tape.guards,
+        tape.names,
+        where=None,
+        slot_names=names,
+        blocks=blocks,
+        primal=tape,
+    )
     return simplify(new)
+
+
+def _recorded(roots: Sequence[Value], primal: dict[int, int]) -> list[Value]:
+    """The Values the roots depend on that are not primal slots, in creation order."""
+    seen: set[int] = set()
+    found: list[Value] = []
+    stack = [v for v in roots if id(v) not in primal]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        found.append(v)
+        stack.extend(p for p in v._prev if id(p) not in primal)
+    found.sort(key=_serial_of)
+    return found

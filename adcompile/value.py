@@ -10,11 +10,13 @@ compiler (``build_tape``); comparisons made then are kept as guards.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import math
 import numbers
 import operator
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -478,14 +480,16 @@ def build_tape(
     input_ids = {id(v) for v in inputs}
     index: dict[int, int] = {}
     nodes: list[Node] = []
-    for v in order:
-        if id(v) in input_ids:
-            node = Node(INPUT)
-        elif v._fn is None:
-            node = Node(CONST, (), v.data)
+    mk, input_node = tuple.__new__, Node(INPUT)
+    for k, v in enumerate(order):
+        fn = v._fn
+        if fn is None:
+            node = input_node if id(v) in input_ids else mk(Node, (CONST, (), v.data))
+        elif id(v) in input_ids:
+            node = input_node
         else:
-            node = Node(v._fn, tuple([index[id(p)] for p in v._prev]))
-        index[id(v)] = len(nodes)
+            node = mk(Node, (fn, tuple([index[id(p)] for p in v._prev]), 0.0))
+        index[id(v)] = k
         nodes.append(node)
     tape_guards = [
         Guard(cmp, index[id(a)], index[id(b)], res, where)
@@ -503,6 +507,34 @@ def build_tape(
 
 
 _DEFAULT_MODE = _MODE.get()
+
+_gc_lock = threading.Lock()
+_gc_depth = 0
+_gc_was_enabled = False
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a large graph is built.
+
+    Value graphs hold no reference cycles (reference counting frees them), so
+    the collector would only rescan the growing graph again and again. Nested
+    and concurrent uses are counted; the collector's state is restored by the
+    last one out.
+    """
+    global _gc_depth, _gc_was_enabled
+    with _gc_lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 @contextlib.contextmanager

@@ -221,3 +221,32 @@ def test_memory_flat_over_compiled_calls():
         vg(x)
 
     assert _peak_growth(step, 10_000) < 200_000
+
+
+def test_compiling_pauses_the_cyclic_collector_and_restores_its_state():
+    import gc
+
+    from adcompile.value import gc_paused
+
+    seen = []
+
+    def f(x):
+        seen.append(gc.isenabled())  # called while tracing
+        return x * x
+
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert ad.grad(f)(3.0) == 6.0
+        assert seen == [False] and gc.isenabled()
+        gc.disable()  # a user who turned it off keeps it off
+        assert ad.grad(lambda x: f(x) + x)(3.0) == 7.0
+        assert not gc.isenabled()
+        gc.enable()
+        with gc_paused():
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled()  # the inner exit does not re-enable
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
