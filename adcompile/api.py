@@ -322,19 +322,17 @@ class Transformed:
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
-        with gc_paused():  # tracing and the adjoint build large acyclic graphs
-            return self._specialise_now(key, args)
-
-    def _specialise_now(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         names = _unique_params(self.fun, len(args))
         if self.leaves is not None:  # argument 0 holds the leaves' values
             leaves = list(self.leaves())
-            tape = trace_call(self.fun, args[1:], leaves)
+            with gc_paused():  # tracing builds a large acyclic graph
+                tape = trace_call(self.fun, args[1:], leaves)
             wrt = [0]
             names = ["params", *_unique_params(self.fun, len(args) - 1)]
         else:
             wrt = self._wrt(len(args))
-            tape = trace_call(self.fun, args)
+            with gc_paused():
+                tape = trace_call(self.fun, args)
         self.traces += 1
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
             self._warned = True

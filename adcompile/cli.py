@@ -74,9 +74,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     import importlib
     from pathlib import Path
 
-    roots = [Path.cwd(), Path(__file__).resolve().parent.parent]
+    # the checkout this package was installed from (pip install -e), else the
+    # current directory if it is an adcompile checkout
+    roots = [Path(__file__).resolve().parent.parent, Path.cwd()]
     for root in roots:
-        if (root / "benchmarks" / "run.py").is_file():
+        if (root / "benchmarks" / "systems" / "adcompile_compiled.py").is_file():
             if str(root) not in sys.path:
                 sys.path.insert(0, str(root))
             run = importlib.import_module("benchmarks.run")

@@ -185,8 +185,12 @@ class Compiled:
                 plan = fold_plan(tape, params)
                 if plan.worth_it(STRAIGHT_LINE_LIMIT):
                     kind = "folded"
-        else:
+        elif force in ("straight-line", "folded", "interpreter"):
             kind = force
+        else:
+            raise ValueError(
+                f"force={force!r}: choose 'straight-line', 'folded' or 'interpreter' (or None)"
+            )
         self.kind = kind
         if kind == "folded":
             from .fold import FoldedFunction
@@ -196,13 +200,16 @@ class Compiled:
             self.source = folded.source
             self.call = folded.call
         elif kind == "straight-line":
+            why = (
+                "as asked"
+                if force
+                else "no repeated segments worth folding into loops"
+                if plan is not None
+                else f"tapes under {FOLD_MIN_SLOTS} slots are not searched for loops"
+            )
             self.explanation = (
-                f"Straight-line code: one statement per primitive ({tape.n_ops} operations"
-                + (
-                    "; no repeated segments worth folding into loops)."
-                    if plan is not None
-                    else f"; tapes under {FOLD_MIN_SLOTS} slots are not searched for loops)."
-                )
+                f"Straight-line code: one statement per primitive ({tape.n_ops} operations; "
+                f"{why})."
             )
             self.source = module_source(
                 [_comment(self.explanation) + straight_line(tape, fname, params, doc)]
@@ -213,9 +220,11 @@ class Compiled:
             self.call = self._call_straight
         else:
             self.program: Program = to_program(tape)
-            self.explanation = (
-                f"{len(tape)} slots, run on the compiled tape interpreter: straight-line "
-                f"code above {STRAIGHT_LINE_LIMIT} slots would take long to compile"
+            self.explanation = f"{len(tape)} slots, run on the compiled tape interpreter" + (
+                " (as asked)."
+                if force
+                else f": straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
+                "to compile"
                 + (", and folding repeated segments would not shorten it enough." if plan else ".")
             )
             self.source = (
@@ -248,7 +257,8 @@ class Compiled:
 
 
 def _comment(text: str) -> str:
-    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 76))
+    lines = textwrap.wrap(text, 76, break_on_hyphens=False)
+    return "".join(f"# {line}\n" for line in lines)
 
 
 _interpreters: dict[str, tuple[Callable, Callable]] = {}

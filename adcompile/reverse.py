@@ -15,7 +15,7 @@ from typing import Any
 
 from .passes import simplify
 from .tape import CONST, Node, Tape, active_slots, forward_sweep, reverse_sweep
-from .value import Value, _const, _serial, _serial_of
+from .value import Value, _const, _serial, _serial_of, gc_paused, recording
 
 
 class _Adjoints(list):
@@ -37,23 +37,26 @@ def grad_tape(tape: Tape, wrt: Sequence[int] | None = None, output: int = 0) -> 
     ``wrt`` lists positions in ``tape.inputs`` (all of them by default).
     """
     wrt = list(range(len(tape.inputs))) if wrt is None else list(wrt)
-    inputs = [Value(0.5) for _ in tape.inputs]
-    vals = forward_sweep(tape, inputs, const=_const)
     out = tape.outputs[output]
-    adj = _Adjoints(len(vals))
-    adj[out] = 1.0
     marks: list[tuple[int, int]] = []  # (first serial made in the block, primal slot)
-    reverse_sweep(
-        tape,
-        vals,
-        adj,
-        active_slots(tape, [tape.inputs[k] for k in wrt]),
-        on_node=lambda i: marks.append((next(_serial), i)),
-    )
-    grads = []
-    for k in wrt:
-        g = adj[tape.inputs[k]]
-        grads.append(g if isinstance(g, Value) else _const(0.0 if g is None else g))
+    # Recorded at an arbitrary point (0.5), in the default mode: not under the
+    # caller's no_grad, debug_nans or outer trace.
+    with recording(), gc_paused():
+        inputs = [Value(0.5) for _ in tape.inputs]
+        vals = forward_sweep(tape, inputs, const=_const)
+        adj = _Adjoints(len(vals))
+        adj[out] = 1.0
+        reverse_sweep(
+            tape,
+            vals,
+            adj,
+            active_slots(tape, [tape.inputs[k] for k in wrt]),
+            on_node=lambda i: marks.append((next(_serial), i)),
+        )
+        grads = []
+        for k in wrt:
+            g = adj[tape.inputs[k]]
+            grads.append(g if isinstance(g, Value) else _const(0.0 if g is None else g))
 
     # The new tape starts with the primal tape as it is (slot k of both is the
     # same value); the Values the sweep recorded follow in creation order.

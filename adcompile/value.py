@@ -546,6 +546,17 @@ def _mode(**changes: Any) -> Iterator[Mode]:
         _MODE.reset(token)
 
 
+@contextlib.contextmanager
+def recording() -> Iterator[None]:
+    """Record with the default mode, whatever the caller's (``no_grad``, ``debug_nans``,
+    an outer trace): what a transform records internally must not depend on it."""
+    token = _MODE.set(_DEFAULT_MODE)
+    try:
+        yield
+    finally:
+        _MODE.reset(token)
+
+
 def no_grad() -> contextlib.AbstractContextManager:
     """Within this block operations record nothing (results are constants)."""
     return _mode(grad=False)

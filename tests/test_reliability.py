@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import adcompile as ad
+from adcompile.codegen import Param
 
 jit_mod = importlib.import_module("adcompile.jit")
 
@@ -224,8 +225,6 @@ def test_memory_flat_over_compiled_calls():
 
 
 def test_compiling_pauses_the_cyclic_collector_and_restores_its_state():
-    import gc
-
     from adcompile.value import gc_paused
 
     seen = []
@@ -250,3 +249,28 @@ def test_compiling_pauses_the_cyclic_collector_and_restores_its_state():
         assert gc.isenabled()
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_a_first_call_under_no_grad_still_compiles_the_true_gradient():
+    f = lambda x: ad.sin(x) * x  # noqa: E731
+    df = ad.grad(f)
+    with ad.no_grad():
+        g = df(1.3)
+    assert g == pytest.approx(math.sin(1.3) + 1.3 * math.cos(1.3), rel=1e-14)
+    assert df(0.4) == pytest.approx(math.sin(0.4) + 0.4 * math.cos(0.4), rel=1e-14)
+
+
+def test_debug_nans_does_not_fire_on_the_point_the_adjoint_is_recorded_at():
+    # the adjoint tape is recorded on placeholder values (0.5), where log(x - 1)
+    # is nan; only the caller's point may decide
+    with ad.debug_nans():
+        assert ad.grad(lambda x: ad.log(x - 1.0))(2.0) == pytest.approx(1.0)
+    with pytest.raises(ad.NonFiniteError, match="log"):
+        ad.grad(lambda x: ad.log(x - 1.0), debug_nans=True)(0.5)
+
+
+def test_forcing_an_unknown_code_kind_is_refused():
+    jit = importlib.import_module("adcompile.jit")
+    tape = ad.trace(lambda x: x * x, 1.0)
+    with pytest.raises(ValueError, match="straight-line"):
+        jit.Compiled(tape, [Param("x", None)], "f", force="fast")

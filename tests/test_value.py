@@ -497,3 +497,26 @@ def test_memory_returns_to_baseline_without_cyclic_gc():
 def test_bad_input_raises_type_error_naming_the_type(thunk, typename):
     with pytest.raises(TypeError, match=typename):
         thunk()
+
+
+def test_requires_grad_false_skips_the_reverse_work_of_constant_subgraphs():
+    from adcompile.value import topological_order
+
+    x = Value(0.7)
+    c = Value(0.3, requires_grad=False)
+    k = c
+    for _ in range(1000):  # a long computation on constants only
+        k = (k * 0.5).sin() + c
+    out = x * k + x
+    # nothing downstream of constants alone is recorded: backward visits x, k, the
+    # product and the sum (k is a leaf now), not the 3,000 constant operations
+    assert not k.requires_grad and k._prev == ()
+    assert len(topological_order([out])) == 4
+    out.backward()
+    assert x.grad == pytest.approx(k.data + 1.0, rel=1e-15) and c.grad == 0.0
+    # the same graph with c taking gradients records everything
+    c2 = Value(0.3)
+    k2 = c2
+    for _ in range(1000):
+        k2 = (k2 * 0.5).sin() + c2
+    assert len(topological_order([x * k2 + x])) > 3000
