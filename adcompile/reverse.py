@@ -36,12 +36,17 @@ def grad_tape(tape: Tape, wrt: Sequence[int] | None = None, output: int = 0) -> 
 
     ``wrt`` lists positions in ``tape.inputs`` (all of them by default).
     """
+    with gc_paused():  # large acyclic graphs and lists: nothing for the collector
+        return _grad_tape(tape, wrt, output)
+
+
+def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
     wrt = list(range(len(tape.inputs))) if wrt is None else list(wrt)
     out = tape.outputs[output]
     marks: list[tuple[int, int]] = []  # (first serial made in the block, primal slot)
     # Recorded at an arbitrary point (0.5), in the default mode: not under the
     # caller's no_grad, debug_nans or outer trace.
-    with recording(), gc_paused():
+    with recording():
         inputs = [Value(0.5) for _ in tape.inputs]
         vals = forward_sweep(tape, inputs, const=_const)
         adj = _Adjoints(len(vals))

@@ -164,6 +164,9 @@ class _Converter:
         self.slot: dict[sympy.Basic, int] = {s: k for k, s in enumerate(symbols)}
         self.magnitude: dict[sympy.Basic, int] = {}  # product with a negative sign -> |product|
         self.table = _function_table()
+        self.index = {s: k for k, s in enumerate(symbols)}
+        self.order_of: dict[sympy.Basic, tuple] = {}
+        self.spans: dict[sympy.Basic, tuple[int, int]] = {}
 
     # -- recording, with constant folding
 
@@ -214,10 +217,52 @@ class _Converter:
     def children(self, e: sympy.Basic) -> tuple:
         """The subexpressions whose slots ``e`` is computed from."""
         if e.is_Mul:
-            return tuple(f.base if _negative_power(f) else f for f in e.args)
+            return tuple(f.base if _negative_power(f) else f for f in self.ordered(e))
         if e.is_Pow:
             return (e.base,) if e.exp.is_Number else (e.base, e.exp)
-        return e.args
+        return self.ordered(e) if e.is_Add else e.args
+
+    def ordered(self, e: sympy.Basic) -> tuple:
+        """The terms of a sum or product in the order of the symbols they use.
+
+        SymPy sorts ``x0 + x1 + ... + x10`` by name (``x0, x1, x10, x11 ...``);
+        recording the terms in the symbols' order keeps a loop's repetitions
+        strided, so that the tape folds into loops.
+        """
+        cached = self.order_of.get(e)
+        if cached is None:
+            span = self.span
+
+            def key(t: sympy.Basic) -> tuple:
+                lo, hi = span(t)  # by first symbol, then by shape (the same every time)
+                return (lo, hi, type(t).__name__)
+
+            cached = self.order_of[e] = tuple(sorted(e.args, key=key))
+        return cached
+
+    def span(self, root: sympy.Basic) -> tuple[int, int]:
+        """The lowest and highest index of the given symbols ``root`` uses
+        (``(-1, -1)`` for none); one visit per subexpression of the DAG."""
+        spans = self.spans
+        stack = [root]
+        while stack:
+            e = stack[-1]
+            if e in spans:
+                stack.pop()
+                continue
+            if e.is_Symbol or not e.args:
+                k = self.index.get(e, -1)
+                spans[e] = (k, k)
+                stack.pop()
+                continue
+            pending = [a for a in e.args if a not in spans]
+            if pending:
+                stack.extend(pending)
+                continue
+            used = [spans[a] for a in e.args if spans[a][0] >= 0]
+            spans[e] = (min(u[0] for u in used), max(u[1] for u in used)) if used else (-1, -1)
+            stack.pop()
+        return spans[root]
 
     def convert(self, root: sympy.Basic) -> int:
         slot = self.slot
@@ -257,7 +302,7 @@ class _Converter:
         slot = self.slot
         if e.is_Add:
             terms = []  # (subtract, slot)
-            for t in e.args:
+            for t in self.ordered(e):
                 if t.is_Number:
                     v = _number(t)
                     terms.append((v < 0, self.const(abs(v))))
@@ -273,7 +318,7 @@ class _Converter:
             return acc
         if e.is_Mul:
             negative, num, den = False, [], []
-            for f in e.args:
+            for f in self.ordered(e):
                 if f.is_Rational:
                     p, q = int(f.p), int(f.q)
                     negative ^= p < 0

@@ -327,3 +327,14 @@ def test_check_grad_catches_a_wrong_rule_and_names_the_input():
 
 def test_gradient_mismatch_is_an_assertion_error():
     assert issubclass(GradientMismatch, AssertionError)
+
+
+def test_from_sympy_records_terms_in_the_symbols_order():
+    # SymPy orders x0 + x1 + ... + x11 by name (x0, x1, x10, x11, x2 ...); the tape
+    # reads the inputs in the order the symbols were given, so loops stay strided
+    xs = sp.symbols("x0:12")
+    tape = from_sympy(sum(sp.sin(x) for x in xs), xs)
+    sines = [n.args[0] for n in tape.nodes if n.op == OPS["sin"]]
+    assert sines == [tape.inputs[k] for k in range(12)]
+    point = np.linspace(0.1, 1.2, 12)
+    assert interpret.evaluate(tape, point)[0] == pytest.approx(np.sum(np.sin(point)), rel=1e-15)
