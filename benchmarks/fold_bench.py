@@ -110,40 +110,19 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
 
 
 def hand_kernel(case: str, n: int) -> tuple[Callable[[], Any], Any]:
-    """The hand-written Numba gradient (compiled on first call): ``(call, reference)``."""
-    import math
+    """The hand-written Numba gradient (compiled on first call): ``(call, reference)``.
 
-    import numba
-
+    The same kernels as the ``numba`` system of ``adcompile bench``.
+    """
     from . import workloads as W
+    from .systems.numba_sys import _build
 
-    njit = numba.njit(cache=False)
+    kernels = _build()
     if case == "chain":
-
-        @njit
-        def chain(x, n):
-            d = 1.0
-            for _ in range(n):
-                d *= math.cos(x) + 0.5
-                x = math.sin(x) + 0.5 * x
-            return x, d
-
+        chain = kernels["chain"]
         return (lambda: chain(W.CHAIN_X0, n)), W.chain_reference(n)
 
-    @njit
-    def rosenbrock(x, g):
-        m = x.shape[0]
-        f = 0.0
-        for i in range(m):
-            g[i] = 0.0
-        for i in range(m - 1):
-            d = x[i + 1] - x[i] * x[i]
-            e = 1.0 - x[i]
-            f += 100.0 * d * d + e * e
-            g[i] += -400.0 * x[i] * d - 2.0 * e
-            g[i + 1] += 200.0 * d
-        return f
-
+    rosenbrock = kernels["rosenbrock"]
     x = W.rosenbrock_input(n)
 
     def call() -> Any:
