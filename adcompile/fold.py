@@ -178,10 +178,6 @@ def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
     # conditions that rows 0 and 1 settle for all rows
     if (line & (d1 != 0)).any():
         return 1
-    if seg.any():
-        ks = np.array(t.seg_size + [1], np.int64)[np.where(seg, c0, -1)]
-        if (seg & (d1 % ks != 0)).any():
-            return 1
     if inp.any():
         scalar = inp & ~t.param_is_array[t.inparam[t0]]
         if (scalar & (d1 != 0)).any():
@@ -301,7 +297,15 @@ def _find(t: _Tables, min_reps: int, min_saved: int) -> list[Segment]:
     g = 0
     while g < len(starts):
         q = int(qs[starts[g]])
-        options = [saving(q, int(k)) + (-int(k),) for k in ks[starts[g] : ends[g]]]
+        # a proposed period and its small multiples: the op codes of a body such as
+        # (sub, mul, mul, sub, mul, mul) repeat every 3 slots, its operands every 6
+        periods_here = {
+            m * int(k)
+            for k in ks[starts[g] : ends[g]]
+            for m in (1, 2, 3, 4)
+            if m == 1 or q + min_reps * m * int(k) <= t.n
+        }
+        options = [saving(q, k) + (-k,) for k in sorted(periods_here)]
         saved, r, k = max(options)  # ties: the shorter body
         k = -k
         g += 1
@@ -391,6 +395,9 @@ class _Gen:
             if s.reps > 1 and _reps(t, s.start, s.size, s.reps) < s.reps:
                 raise ValueError(f"segment {s} does not repeat exactly")
         self.stored: list[set[int]] = [set() for _ in self.segs]
+        # segments read at a changing position by a later loop keep every position's
+        # place in the work array (slot order), so that such a read is affine
+        self.in_slot_order: set[int] = set()
         self.columns: list[float] = []
         self.groups = self._fuse()
         self.group_of = {sid: gi for gi, grp in enumerate(self.groups) for sid in grp}
@@ -429,6 +436,8 @@ class _Gen:
             return ("single", a0)
         other = int(self.seg_of[a0])
         oseg = self.segs[other]
+        if (a1 - a0) % oseg.size:  # a different position of it each repetition
+            return ("slots", other, a0 - oseg.start, a1 - a0)
         q, pp = divmod(a0 - oseg.start, oseg.size)
         return ("mem", other, pp, q, (a1 - a0) // oseg.size)
 
@@ -461,6 +470,8 @@ class _Gen:
         d = self._classify(sid, a0, a1)
         if d[0] in ("carry", "single"):
             return int(self.seg_of[d[-1]]) not in grp
+        if d[0] == "slots":
+            return d[1] not in grp
         if d[0] != "mem" or d[1] not in grp or d[3:] == (0, 1):
             return True
         q0, dq, reps = d[3], d[4], self.segs[sid].reps
@@ -509,6 +520,11 @@ class _Gen:
                         d = ("local", d[1], d[2])  # computed earlier in the same iteration
                     else:
                         self.stored[d[1]].add(d[2])
+                elif d[0] == "slots":  # stored in slot order: an affine read of the slots
+                    other, off, step = d[1:]
+                    self.in_slot_order.add(other)
+                    size = self.segs[other].size
+                    self.stored[other].update((off + step * r) % size for r in range(seg.reps))
                 descs.append(d)
             rows.append((p, descs))
         return {"rows": rows, "carries": carries}
@@ -520,7 +536,10 @@ class _Gen:
         self.base, self.rank, self.width = [], [], []
         size = 0
         for sid, seg in enumerate(self.segs):
-            pos = sorted(self.stored[sid])
+            if sid in self.in_slot_order:
+                pos = list(range(seg.size))
+            else:
+                pos = sorted(self.stored[sid])
             self.rank.append({p: r for r, p in enumerate(pos)})
             self.width.append(len(pos))
             self.base.append(size)
@@ -545,6 +564,8 @@ class _Gen:
             return self.carry_name[(sid, d[1], d[2])]
         if kind == "col":
             return f"{self.cname}[{_affine(d[1], 1, r)}]"
+        if kind == "slots":
+            return f"{self.vname}[{_affine(self.base[d[1]] + d[2], d[3], r)}]"
         if kind == "param":
             p = self.params[d[1]]
             return p.name if p.size is None else f"{p.name}[{_affine(d[2], d[3], r)}]"

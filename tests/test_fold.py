@@ -499,3 +499,68 @@ def test_random_tape_that_does_not_fold_is_cheap_to_scan():
     t0 = time.perf_counter()
     assert fold.find_segments(tape) == []
     assert time.perf_counter() - t0 < 2.0
+
+
+def _terms_then_sum(x):
+    """Two terms per i recorded first, then one long sum over all the terms."""
+    terms = []
+    for i in range(len(x) - 1):
+        terms.append(ad.sin(x[i]))
+        terms.append(ad.cos(x[i + 1]))
+    total = terms[0]
+    for s in terms[1:]:
+        total = total + s
+    return total
+
+
+def test_a_loop_reading_another_loops_values_at_a_changing_position_folds():
+    # the sum reads the terms with stride 1, while the term loop makes 2 per repetition
+    x = np.linspace(-1.0, 1.0, 30)
+    for tape in (ad.trace(_terms_then_sum, x), grad_tape(ad.trace(_terms_then_sum, x))):
+        params = params_of(x)
+        segments = fold.find_segments(tape, params)
+        assert any(s.size == 1 and s.reps > 30 for s in segments)  # the sum is a loop
+        assert fold.folded_statements(tape, segments) < 40
+        ok, out = run_python(tape, segments, params, flat_args(x))
+        assert ok
+        assert_matches(out, tape, (x,))
+    expected = np.sum(np.sin(x[:-1]) + np.cos(x[1:]))
+    assert interpret.evaluate(tape, x)[0] == pytest.approx(expected, rel=1e-13)
+
+
+def test_a_body_whose_ops_repeat_at_half_its_period_folds_at_the_full_period():
+    # (sub, mul, mul, sub, mul, mul): op codes repeat every 3 slots, operands every 6
+    def f(x):
+        terms = []
+        for i in range(len(x) - 1):
+            a = 1.0 - x[i]
+            terms.append(a * a)
+            b = x[i + 1] - x[i] * x[i]
+            terms.append(100.0 * (b * b))
+        total = terms[0]
+        for s in terms[1:]:
+            total = total + s
+        return total
+
+    x = np.linspace(-0.9, 0.8, 40)
+    tape = grad_tape(ad.trace(f, x))
+    ff = compiled_check(f, x, name="half_period")
+    assert any(s.size == 6 for s in ff.segments)
+    assert ff.code.statements < 60 < tape.n_ops
+
+
+def test_rosenbrock_from_sympy_folds():
+    sp = pytest.importorskip("sympy")
+    from adcompile.symbolic import from_sympy
+
+    n = 60
+    xs = sp.symbols(f"x0:{n}")
+    expr = sum(100 * (xs[i + 1] - xs[i] ** 2) ** 2 + (1 - xs[i]) ** 2 for i in range(n - 1))
+    gt = grad_tape(from_sympy(expr, xs))
+    params = [Param("x", n)]
+    segments = fold.find_segments(gt, params)
+    assert fold.folded_statements(gt, segments) < 50 < gt.n_ops
+    x = np.linspace(-1.2, 1.1, n)
+    ok, out = run_python(gt, segments, params, [x])
+    assert ok
+    np.testing.assert_allclose(out, interpret.evaluate(gt, x), rtol=RTOL, atol=0)
