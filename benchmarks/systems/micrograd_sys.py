@@ -11,19 +11,16 @@ recorded as the cell's failure.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from .. import workloads as W
-from . import Prepared, System
+from .scalar import ScalarValueSystem
 
 
-class Micrograd(System):
+class Micrograd(ScalarValueSystem):
     name = "micrograd"
     description = "micrograd.engine.Value + backward() (PyPI micrograd)"
     modules = ("micrograd",)
-    interpreter = True
 
     def load(self) -> None:
         from micrograd.engine import Value
@@ -55,61 +52,5 @@ class Micrograd(System):
         out._backward = _backward
         return out
 
-    def rosenbrock(self, x: np.ndarray) -> Prepared:
-        V = self.Value
-        xl = x.tolist()
-
-        def call() -> Any:
-            xs = [V(v) for v in xl]
-            f = W.rosenbrock_scalar(xs)
-            f.backward()
-            return f.data, [v.grad for v in xs]
-
-        return Prepared(call, lambda out: (float(out[0]), np.array(out[1], dtype=float)))
-
-    def mlp(self, params: list, X: np.ndarray, y: np.ndarray) -> Prepared:
-        V = self.Value
-        leaves = [V(v) for v in W.mlp_flatten(params).tolist()]
-        nested = W.mlp_unflatten(leaves)
-        Xl, yl = X.tolist(), y.tolist()
-        relu = V.relu
-        lr = W.MLP_LR
-
-        def call() -> Any:
-            for p in leaves:
-                p.grad = 0
-            loss = W.mlp_loss_scalar(nested, Xl, yl, relu)
-            loss.backward()
-            for p in leaves:
-                p.data -= lr * p.grad
-            return loss.data
-
-        return Prepared(
-            call,
-            lambda out: (float(out), np.array([p.grad for p in leaves], dtype=float)),
-            params=lambda: np.array([p.data for p in leaves], dtype=float),
-        )
-
-    def chain(self, n: int, x0: float) -> Prepared:
-        V = self.Value
-        sin = self._sin
-
-        def call() -> Any:
-            x = V(x0)
-            out = W.chain_scalar(x, n, sin)
-            out.backward()
-            return out.data, x.grad
-
-        return Prepared(call, lambda out: (float(out[0]), float(out[1])))
-
-    def compile(self, prog: W.Program) -> Prepared:
-        V = self.Value
-        xl = prog.x.tolist()
-
-        def call() -> Any:
-            xs = [V(v) for v in xl]
-            out = W.compile_scalar(xs, prog, self._sin, self._tanh)
-            out.backward()
-            return out.data, [v.grad for v in xs]
-
-        return Prepared(call, lambda out: (float(out[0]), np.array(out[1], dtype=float)))
+    def functions(self) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+        return self._sin, self._tanh
