@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,8 @@ from typing import Any
 import numpy as np
 
 from .codegen import Param, _py_ident, _strip, module_source
-from .tape import CONST, INPUT, Guard, Tape
+from .passes import hoist_constants
+from .tape import CONST, INPUT, Guard, Node, Tape
 
 #: A segment needs at least this many repetitions ...
 MIN_REPS = 4
@@ -46,6 +48,12 @@ MIN_SAVED = 12
 #: find short bodies, long ones see past a body's own inner repetition (the
 #: neurons of a layer) to the loop over examples around it.
 WINDOWS = (4, 32, 256, 2048)
+#: A loop whose body holds at least this many operations is *outlined*: its
+#: body becomes a function of its own, folded in turn (the neurons inside the
+#: loop over examples), and the loop calls it once per repetition.
+OUTLINE_MIN_OPS = 96
+#: How deep outlined bodies may nest.
+OUTLINE_MAX_DEPTH = 3
 
 _LINE, _CONSTC, _INPUTC = -1, -2, -3  # slot classes besides segment ids
 
@@ -344,11 +352,18 @@ class FoldedCode:
     guard does not hold.
     """
 
-    text: str  # the function's source
+    text: str  # the function's source (and the functions it calls, first)
     work_size: int  # length of the work array v
     columns: np.ndarray  # per-repetition constants, read as c[...]
     segments: list[Segment] = field(default_factory=list)
     statements: int = 0  # primitive statements printed (loop bodies once)
+    functions: list[str] = field(default_factory=list)  # outlined bodies it calls
+    outlined: list[Segment] = field(default_factory=list)  # segments whose body is one
+
+
+def _affine_in(xs: Sequence[int]) -> bool:
+    """Whether ``xs`` is an arithmetic progression."""
+    return all(b - a == xs[1] - xs[0] for a, b in zip(xs[1:], xs[2:]))
 
 
 def _affine(c0: int, c1: int, var: str) -> str:
@@ -375,10 +390,15 @@ class _Gen:
         segments: Sequence[Segment],
         params: Sequence[Param],
         tables: _Tables | None = None,
+        outline: tuple[int, int, int] = (OUTLINE_MIN_OPS, MIN_REPS, MIN_SAVED),
+        depth: int = 0,
     ) -> None:
         self.tape = tape
         self.params = list(params)
         self.segs = list(segments)
+        # (least operations in an outlined body, min_reps and min_saved inside it)
+        self.outline, self.depth = outline, depth
+        outline_min = outline[0]
         t = self.t = tables if tables is not None else _Tables(tape, params)
         self.seg_of = np.full(t.n + 1, -1, np.int64)
         for s in self.segs:
@@ -398,9 +418,25 @@ class _Gen:
         # segments read at a changing position by a later loop keep every position's
         # place in the work array (slot order), so that such a read is affine
         self.in_slot_order: set[int] = set()
+        self.slot_reads: dict[int, list[tuple[int, int, int]]] = {}  # (offset, step, reps)
+        # segments some reader needs at a repetition other than the last: an outlined
+        # loop that is not keeps only two rows, its last and the one before
+        self.early: set[int] = set()
         self.columns: list[float] = []
         self.groups = self._fuse()
         self.group_of = {sid: gi for gi, grp in enumerate(self.groups) for sid in grp}
+        # loops with long bodies may become calls of a function of their own; their
+        # values are then never loop locals after the loop (see _outline_lines)
+        self.outlined: set[int] = set()
+        if depth < OUTLINE_MAX_DEPTH:
+            for grp in self.groups:
+                s = self.segs[grp[0]]
+                if (
+                    len(grp) == 1
+                    and s.reps > 1
+                    and t.n_ops(s.start, s.start + s.size) >= outline_min
+                ):
+                    self.outlined.add(grp[0])
         self.plan = [self._plan_segment(sid) for sid in range(len(self.segs))]
 
     # ---- operands
@@ -489,9 +525,11 @@ class _Gen:
             return ("line", s)
         seg = self.segs[sid]
         q, p = divmod(s - seg.start, seg.size)
-        if q == seg.reps - 1:  # the loop's local still holds it
+        if q == seg.reps - 1 and sid not in self.outlined:  # the loop's local holds it
             return ("local", sid, p)
         self.stored[sid].add(p)
+        if q != seg.reps - 1:
+            self.early.add(sid)
         return ("mem", sid, p, q, 0)
 
     def _plan_segment(self, sid: int) -> dict:
@@ -520,9 +558,13 @@ class _Gen:
                         d = ("local", d[1], d[2])  # computed earlier in the same iteration
                     else:
                         self.stored[d[1]].add(d[2])
+                        if d[3:] != (self.segs[d[1]].reps - 1, 0):
+                            self.early.add(d[1])
                 elif d[0] == "slots":  # stored in slot order: an affine read of the slots
                     other, off, step = d[1:]
+                    self.early.add(other)
                     self.in_slot_order.add(other)
+                    self.slot_reads.setdefault(other, []).append((off, step, seg.reps))
                     size = self.segs[other].size
                     self.stored[other].update((off + step * r) % size for r in range(seg.reps))
                 descs.append(d)
@@ -532,23 +574,72 @@ class _Gen:
     # ---- printing
 
     def layout(self) -> None:
-        """Each segment's stored positions: a row of the work array per repetition."""
-        self.base, self.rank, self.width = [], [], []
+        """Each segment's stored positions: a row of the work array per repetition.
+
+        An outlined loop's row also holds what its body carries to the next
+        repetition (read back from the previous row; row -1 holds the values
+        before the loop) and what goes to the outputs.
+        """
+        self.base, self.rank, self.width, self.pos = [], [], [], []
+        self.pingpong: set[int] = set()
         size = 0
         for sid, seg in enumerate(self.segs):
-            if sid in self.in_slot_order:
-                pos = list(range(seg.size))
-            else:
-                pos = sorted(self.stored[sid])
-            self.rank.append({p: r for r, p in enumerate(pos)})
+            pos = sorted(self.stored[sid])
+            if sid in self.outlined:
+                carries = self.plan[sid]["carries"]
+                sources = [p for p, _ in carries]
+                if len(set(sources)) < len(sources):  # one position carried two ways
+                    self.outlined.discard(sid)
+                else:
+                    more = set(sources) | {p for s, p in self.forward if s == sid}
+                    pos = sorted(set(pos) | more)
+            rank = {p: r for r, p in enumerate(pos)}
+            if sid in self.in_slot_order and not all(
+                _affine_in(
+                    [
+                        len(pos) * ((off + step * r) // seg.size)
+                        + rank[(off + step * r) % seg.size]
+                        for r in range(reps)
+                    ]
+                )
+                for off, step, reps in self.slot_reads[sid]
+            ):
+                pos = list(range(seg.size))  # slot order: every read is affine
+                rank = {p: r for r, p in enumerate(pos)}
+            if sid in self.outlined and sid not in self.early:
+                self.pingpong.add(sid)  # rows r % 2: write one, read the other
+            elif sid in self.outlined:
+                size += len(pos)  # row -1
+            self.pos.append(pos)
+            self.rank.append(rank)
             self.width.append(len(pos))
             self.base.append(size)
-            size += len(pos) * seg.reps
+            size += len(pos) * (2 if sid in self.pingpong else seg.reps)
         self.work_size = max(size, 1)
 
     def index(self, sid: int, p: int, q: int, dq: int) -> tuple[int, int]:
         m = self.width[sid]
+        if sid in self.pingpong:  # only the last row (and row -1) is read
+            assert dq == 0
+            q %= 2
         return self.base[sid] + m * q + self.rank[sid][p], m * dq
+
+    def row(self, sid: int, q: int, dq: int) -> str:
+        """Index of the first element of row ``q + dq * r`` of segment ``sid``."""
+        m, base = self.width[sid], self.base[sid]
+        if sid in self.pingpong:
+            if dq == 0:
+                return str(base + m * (q % 2))
+            shift = "" if q % 2 == 0 else " + 1"
+            return f"{base} + {m} * (({self.rname}{shift}) % 2)" if m else str(base)
+        return _affine(base + m * q, m * dq, self.rname)
+
+    def slots_index(self, d: tuple) -> tuple[int, int]:
+        """(index, step) in the work array of a ``slots`` read (affine, see layout)."""
+        other, off, step = d[1:]
+        size = self.segs[other].size
+        at = [self.index(other, x % size, x // size, 0)[0] for x in (off, off + step)]
+        return at[0], at[1] - at[0]
 
     def expr(self, d: tuple, sid: int = -1) -> str:
         kind, r = d[0], self.rname
@@ -565,7 +656,7 @@ class _Gen:
         if kind == "col":
             return f"{self.cname}[{_affine(d[1], 1, r)}]"
         if kind == "slots":
-            return f"{self.vname}[{_affine(self.base[d[1]] + d[2], d[3], r)}]"
+            return f"{self.vname}[{_affine(*self.slots_index(d), r)}]"
         if kind == "param":
             p = self.params[d[1]]
             return p.name if p.size is None else f"{p.name}[{_affine(d[2], d[3], r)}]"
@@ -618,6 +709,10 @@ class _Gen:
         return f"# {tape.primal.statement(tape.blocks[j])}"
 
     def loop_lines(self, grp: list[int]) -> list[str]:
+        if grp[0] in self.outlined:
+            lines = self._outline_lines(grp[0])
+            if lines is not None:
+                return lines
         r, v = self.rname, self.vname
         out = []
         for sid in grp:
@@ -642,7 +737,9 @@ class _Gen:
                 name = self.local[(sid, p)]
                 out.append(f"        {name} = {_strip(node.op.code.format(*args))}")
                 self.statements += 1
-                if p in self.stored[sid]:
+                if p in self.stored[sid] and sid in self.pingpong:  # an outline declined
+                    out.append(f"        {v}[{self.row(sid, 0, 1)} + {self.rank[sid][p]}] = {name}")
+                elif p in self.stored[sid]:
                     c0, c1 = self.index(sid, p, 0, 1)
                     out.append(f"        {v}[{_affine(c0, c1, r)}] = {name}")
                 if (sid, p) in self.forward:
@@ -658,8 +755,235 @@ class _Gen:
                     out.append(f"        {prev} = {self.local[(sid, p)]}")
         return out
 
+    # ---- outlined bodies
+
+    def _ext_key(self, d: tuple) -> tuple:
+        """(array, step, index) of an outside read: reads of one array at rising
+        indices sort together (and copy as loops)."""
+        if d[0] == "mem":
+            c0, c1 = self.index(d[1], d[2], d[3], d[4])
+            return (("v",), c1, c0)
+        if d[0] == "slots":
+            c0, c1 = self.slots_index(d)
+            return (("v",), c1, c0)
+        if d[0] == "param" and self.params[d[1]].size is not None:
+            return (("param", d[1]), d[3], d[2])
+        if d[0] == "col":
+            return (("c",), 1, d[1])
+        return (("~", repr(d)), 0, 0)
+
+    def _copies(self, pairs: list[tuple[int, tuple]], sid: int, indent: str) -> list[str]:
+        """``v[i] = <d>`` for each (i, d), runs at rising indices on both sides as loops."""
+        lines, i, kv, v = [], 0, self.kname, self.vname
+        keys = [self._ext_key(d) for _, d in pairs]
+        while i < len(pairs):
+            end = i + 1
+            if keys[i][0][0] != "~":
+                while (
+                    end < len(pairs)
+                    and keys[end][:2] == keys[i][:2]
+                    and keys[end][2] == keys[i][2] + (end - i)
+                    and pairs[end][0] == pairs[i][0] + (end - i)
+                ):
+                    end += 1
+            at, d = pairs[i]
+            if end - i >= MIN_REPS:
+                arr, idx = self.expr(d, sid).split("[", 1)  # the first read; the rest follow
+                lines.append(f"{indent}for {kv} in range({end - i}):")
+                lines.append(f"{indent}    {v}[{_affine(at, 1, kv)}] = {arr}[{idx[:-1]} + {kv}]")
+                i = end
+            else:
+                lines.append(f"{indent}{v}[{at}] = {self.expr(d, sid)}")
+                i += 1
+        return lines
+
+    def _outline_lines(self, sid: int) -> list[str] | None:
+        """The loop of segment ``sid`` as a call of its body, a function of its own
+        folded in turn; None when folding does not shorten the body enough.
+
+        The body writes its row of the work array (``out``), reads the values it
+        carries from the previous row (``prev``; row -1 holds the first ones),
+        whole rows of other loops (the forward values an adjoint reads),
+        arguments read at the same element every repetition, and the rest from a
+        small array ``e`` filled before the call.
+        """
+        t, seg, plan = self.t, self.segs[sid], self.plan[sid]
+        k, v, r = seg.size, self.vname, self.rname
+        rows = dict(plan["rows"])
+        m, rank = self.width[sid], self.rank[sid]
+        direct: set[int] = set()  # arguments read at the same element every repetition
+        views: dict[tuple[int, int, int], None] = {}  # (segment, row, row step)
+        misc: dict[tuple, None] = {}
+        for descs in rows.values():
+            for d in descs:
+                if d[0] in ("own", "lit", "carry"):
+                    continue
+                if d[0] == "param" and (self.params[d[1]].size is None or d[3] == 0):
+                    direct.add(d[1])
+                elif d[0] == "mem":
+                    views[(d[1], d[3], d[4])] = None
+                else:
+                    misc[d] = None
+        fixed = sorted((d for d in misc if not self._varies(d)), key=self._ext_key)
+        varying = sorted((d for d in misc if self._varies(d)), key=self._ext_key)
+        ext = {d: i for i, d in enumerate(fixed + varying)}
+        # the body as a tape of its own; its inputs are its arguments' elements, in order
+        taken = {p.name for p in self.params}
+
+        def fresh(base: str) -> str:
+            name, j = base, 1
+            while name in taken:
+                name, j = f"{base}_{j}", j + 1
+            taken.add(name)
+            return name
+
+        nodes: list[Node] = []
+        names: list[str] = []
+        bparams: list[Param] = []
+
+        def inputs(name: str, size: int | None) -> int:
+            bparams.append(Param(name, size))
+            first = len(nodes)
+            for j in range(size or 1):
+                nodes.append(Node(INPUT))
+                names.append(f"{name}_{j}")
+            return first
+
+        e_at = inputs(fresh("e"), max(len(ext), 1))
+        prev_at = inputs(fresh("prev"), max(m, 1)) if plan["carries"] else -1
+        view_at = {key: inputs(fresh(f"seg{key[0]}"), max(self.width[key[0]], 1)) for key in views}
+        direct_at = {
+            pi: inputs(self.params[pi].name, self.params[pi].size) for pi in sorted(direct)
+        }
+        n_inputs = len(nodes)
+        blocks: list[int] = [-1] * n_inputs
+        consts: dict[float, int] = {}
+        here: dict[int, int] = {}  # body position -> slot of the body's tape
+
+        def const(x: float) -> int:
+            s = consts.get(x)
+            if s is None:
+                s = consts[x] = len(nodes)
+                nodes.append(Node(CONST, (), x))
+                names.append("k")
+                blocks.append(-1)
+            return s
+
+        def slot(d: tuple) -> int:
+            kind = d[0]
+            if kind == "own":
+                return here[d[1]]
+            if kind == "lit":
+                return const(d[1])
+            if kind == "carry":
+                return prev_at + rank[d[1]]
+            if kind == "param" and d[1] in direct:
+                return direct_at[d[1]] + d[2]
+            if kind == "mem":
+                return view_at[(d[1], d[3], d[4])] + self.rank[d[1]][d[2]]
+            return e_at + ext[d]
+
+        guards: list[Guard] = []
+        src_blocks = self.tape.blocks
+        for p in range(k):
+            j = seg.start + p
+            if p not in rows:  # a constant
+                here[p] = const(float(t.cvalue[j]))
+                continue
+            descs = rows[p]
+            node = self.tape.nodes[j]
+            na = len(node.args)
+            args = tuple(slot(d) for d in descs[:na])
+            here[p] = len(nodes)
+            nodes.append(Node(node.op, args))
+            names.append(self.tape.name(j))
+            blocks.append(src_blocks[j] if src_blocks is not None else -1)
+            for gi, g in enumerate(t.guards_at.get(j, ())):
+                a, b = slot(descs[na + 2 * gi]), slot(descs[na + 2 * gi + 1])
+                guards.append(Guard(g.cmp, a, b, g.expected, g.where))
+        body = Tape(
+            nodes,
+            list(range(n_inputs)),
+            [here[p] for p in self.pos[sid]],
+            guards,
+            slot_names=names,
+            blocks=blocks if src_blocks is not None else None,
+            primal=self.tape.primal,
+        )
+        bt = _Tables(body, bparams)
+        segs = _find(bt, self.outline[1], self.outline[2])
+        ops = bt.n_ops(0, bt.n)
+        if not segs or _statements(bt, segs) > ops // (2 if self.outline[0] >= MIN_SAVED else 1):
+            return None
+        bname = f"{self.fname}_body{sid}" if self.depth == 0 else f"{self.fname}_{sid}"
+        inner = _Gen(body, segs, bparams, bt, self.outline, self.depth + 1).source(
+            bname, f"one repetition of the loop over slots {seg.start}..{seg.stop - 1}"
+        )
+        self.inner_texts.append(inner.text)
+        self.functions.extend(inner.functions + [bname])
+        self.outlined_segs.append(seg)
+        self.statements += inner.statements
+        # e, the body's work array and its columns live in ours
+        e0 = self.work_size
+        w0 = e0 + max(len(ext), 1)
+        self.work_size = w0 + inner.work_size
+        c0 = len(self.columns)
+        self.columns.extend(inner.columns.tolist())
+        out = [f"    # folded: {seg}; its body is {bname}(), above, called once per repetition"]
+        if plan["carries"]:
+            out.append("    # row -1 of its rows: what repetition 0 carries in")
+            pairs = sorted(
+                (self.index(sid, p, -1, 0)[0], before)
+                for (p, _), (before, _) in plan["carries"].items()
+            )
+            out.extend(self._copies(pairs, -1, "    "))
+        if fixed:
+            out.append(f"    # e = v[{e0}:{w0}]: what every repetition reads ...")
+            out.extend(self._copies([(e0 + ext[d], d) for d in fixed], -1, "    "))
+        out.append(f"    for {r} in range({seg.reps}):")
+        if varying:
+            out.append("        # ... and what changes from one repetition to the next")
+            out.extend(self._copies([(e0 + ext[d], d) for d in varying], sid, "        "))
+        args = [f"{v}[{e0}:{w0}]"]
+
+        def view(o: int, q: int, dq: int) -> str:
+            mo, bo = self.width[o], self.base[o]
+            if o in self.pingpong:
+                start = self.row(o, q, dq)
+                return f"{v}[{start}:{start} + {mo}]"
+            return (
+                f"{v}[{_affine(bo + mo * q, mo * dq, r)}:{_affine(bo + mo * q + mo, mo * dq, r)}]"
+            )
+
+        if plan["carries"]:
+            args.append(view(sid, -1, 1))
+        args += [view(*key) for key in views]
+        args += [self.params[pi].name for pi in sorted(direct)]
+        args += [f"{v}[{w0}:{self.work_size}]", f"{self.cname}[{c0}:{len(self.columns)}]"]
+        args.append(view(sid, 0, 1))
+        out.append(f"        if not {bname}({', '.join(args)}):")
+        out.append("            return False")
+        for p in self.pos[sid]:  # loop positions that only outputs read
+            if (sid, p) in self.forward:
+                k0, dk = self.forward[(sid, p)]
+                out.append(
+                    f"        {self.oname}[{_affine(k0, dk, r)}] = "
+                    f"{v}[{self.row(sid, 0, 1)} + {rank[p]}]"
+                )
+        return out
+
+    def _varies(self, d: tuple) -> bool:
+        """Whether an outside read changes from one repetition to the next."""
+        if d[0] == "mem":
+            return d[4] != 0
+        return d[0] in ("slots", "col") or (d[0] == "param" and d[3] != 0)
+
     def source(self, fname: str, doc: str) -> FoldedCode:
         tape, t = self.tape, self.t
+        self.fname = fname
+        self.inner_texts: list[str] = []
+        self.functions: list[str] = []
+        self.outlined_segs: list[Segment] = []
         line_slots = [j for j in np.flatnonzero(self.seg_of[: t.n] < 0).tolist() if t.codes[j] > 0]
         line_descs = {j: [self.single(a) for a in tape.nodes[j].args] for j in line_slots}
         guard_descs = {
@@ -715,11 +1039,13 @@ class _Gen:
         lines.extend(self._outputs(out_descs))
         lines.append("    return True")
         return FoldedCode(
-            "\n".join(lines) + "\n",
+            "\n\n\n".join(self.inner_texts + ["\n".join(lines) + "\n"]),
             self.work_size,
             np.array(self.columns or [0.0], np.float64),
             list(self.segs),
             self.statements,
+            self.functions,
+            self.outlined_segs,
         )
 
     def _key(self, d: tuple) -> tuple | None:
@@ -831,10 +1157,20 @@ class _Gen:
 
 
 def generate(
-    tape: Tape, segments: Sequence[Segment], fname: str, params: Sequence[Param], doc: str = ""
+    tape: Tape,
+    segments: Sequence[Segment],
+    fname: str,
+    params: Sequence[Param],
+    doc: str = "",
+    outline: tuple[int, int, int] = (OUTLINE_MIN_OPS, MIN_REPS, MIN_SAVED),
 ) -> FoldedCode:
-    """The folded function's source, work-array size and constant columns."""
-    return _Gen(tape, segments, params).source(fname, doc)
+    """The folded function's source, work-array size and constant columns.
+
+    ``outline``: loops whose body has at least ``outline[0]`` operations call
+    their body as a function, folded with ``min_reps, min_saved = outline[1:]``
+    (small values fold eagerly, as the tests do).
+    """
+    return _Gen(tape, segments, params, outline=outline).source(fname, doc)
 
 
 def folded_source(
@@ -908,7 +1244,12 @@ def explain(tape: Tape, segments: Sequence[Segment], statements: int | None = No
     return _explain(_Tables(tape, None), segments, statements)
 
 
-def _explain(t: _Tables, segments: Sequence[Segment], statements: int | None) -> str:
+def _explain(
+    t: _Tables,
+    segments: Sequence[Segment],
+    statements: int | None,
+    outlined: Sequence[Segment] = (),
+) -> str:
     ops = t.n_ops(0, t.n)
     if not segments:
         return (
@@ -926,7 +1267,14 @@ def _explain(t: _Tables, segments: Sequence[Segment], statements: int | None) ->
     )
     if statements is not None:
         text += f": the source has {statements} statements instead of {ops}"
-    return text + "."
+    text += "."
+    if outlined:
+        which = ", ".join(f"slots {s.start}..{s.stop - 1}" for s in outlined)
+        text += (
+            f" The loop{'s' * (len(outlined) > 1)} over {which} call{'s' * (len(outlined) == 1)} "
+            "a function per repetition: its body, folded in turn."
+        )
+    return text
 
 
 def folded_statements(tape: Tape, segments: Sequence[Segment]) -> int:
@@ -950,17 +1298,39 @@ class Plan:
     statements: int  # primitive statements the folded source prints
     ops: int  # primitive operations in the tape (what straight-line code prints)
     tables: _Tables = field(repr=False)
+    tape: Tape = field(repr=False)  # the tape folded: constants moved to its front
+    code: FoldedCode | None = field(default=None, repr=False)  # when generated already
+    fname: str = ""
+    doc: str = ""
 
     def worth_it(self, limit: int) -> bool:
         """Fold when it at least halves the statements and leaves at most ``limit``."""
         return bool(self.segments) and self.statements <= min(limit, self.ops // 2)
 
 
-def plan(tape: Tape, params: Sequence[Param]) -> Plan:
-    """Find the segments of ``tape`` and count what the folded source would print."""
+def plan(
+    tape: Tape,
+    params: Sequence[Param],
+    fname: str = "f",
+    doc: str = "",
+    limit: int | None = None,
+) -> Plan:
+    """Find the segments of ``tape`` and count what the folded source would print.
+
+    The tape is folded with its constants moved to its front (``Plan.tape``).
+    When the loops' bodies printed flat would leave more than ``limit``
+    statements, long bodies are outlined (folded in turn) and the source is
+    generated here to count them; ``Plan.code`` keeps it.
+    """
+    tape = hoist_constants(tape)
     t = _Tables(tape, params)
     segments = _find(t, MIN_REPS, MIN_SAVED)
-    return Plan(segments, _statements(t, segments), t.n_ops(0, t.n), t)
+    p = Plan(segments, _statements(t, segments), t.n_ops(0, t.n), t, tape, None, fname, doc)
+    if limit is not None and segments and not p.worth_it(limit):
+        if any(t.n_ops(s.start, s.start + s.size) >= OUTLINE_MIN_OPS for s in segments):
+            p.code = _Gen(tape, segments, params, t).source(fname, doc)
+            p.statements = p.code.statements
+    return p
 
 
 class FoldedFunction:
@@ -982,7 +1352,7 @@ class FoldedFunction:
         doc: str = "",
         segments: Sequence[Segment] | Plan | None = None,
     ) -> None:
-        from .jit import compile_now, load_source  # the Numba side, imported on use
+        from .jit import compile_now, load_source, njit  # the Numba side, on use
 
         self.tape = tape
         self.params = list(params)
@@ -995,23 +1365,34 @@ class FoldedFunction:
             self.timings[stage] = now - clock
             clock = now
 
+        code = None
         if isinstance(segments, Plan):
+            tape = self.tape = segments.tape
             t, self.segments = segments.tables, list(segments.segments)
+            if segments.code is not None and (segments.fname, segments.doc) == (fname, doc):
+                code = segments.code
         else:
             t = _Tables(tape, params)
             self.segments = _find(t, MIN_REPS, MIN_SAVED) if segments is None else list(segments)
         lap("find")
-        code = self.code = _Gen(tape, self.segments, params, t).source(fname, doc)
-        self.explanation = _explain(t, self.segments, code.statements)
+        if code is None:
+            code = _Gen(tape, self.segments, params, t).source(fname, doc)
+        self.code = code
+        self.explanation = _explain(t, self.segments, code.statements, code.outlined)
         header = "".join(f"# {ln}\n" for ln in _wrap(self.explanation, 76))
         self.source = module_source([header + code.text])
         lap("generate")
         arr = "float64[::1]"
         types = ["float64" if p.size is None else arr for p in params] + [arr, arr, arr]
         mod = load_source(self.source, fname)
+        for name in code.functions:  # outlined bodies: Numba functions the loops call
+            fn = getattr(mod, name)
+            if not hasattr(fn, "py_func"):
+                setattr(mod, name, njit(fn, inline=True))
         self._fn = compile_now(getattr(mod, fname), f"boolean({', '.join(types)})")
         lap("compile")
         self._work = code.work_size
+        self._local = threading.local()
         self._columns = code.columns
         self.n_out = len(tape.outputs)
 
@@ -1021,7 +1402,12 @@ class FoldedFunction:
     def call(self, *args: Any) -> tuple[bool, np.ndarray]:
         """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
         out = np.empty(self.n_out)
-        return self._fn(*args, np.empty(self._work), self._columns, out), out
+        # the work array is kept between calls (one per thread): a large one costs
+        # more to allocate and page in than a small loop takes to run
+        work = getattr(self._local, "work", None)
+        if work is None:
+            work = self._local.work = np.empty(self._work)
+        return self._fn(*args, work, self._columns, out), out
 
 
 def compile_folded(

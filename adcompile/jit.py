@@ -103,8 +103,13 @@ class CompileError(RuntimeError):
     """Numba could not compile code that adcompile generated (a bug in adcompile)."""
 
 
-def njit(fn: Callable) -> Callable:
-    """Numba-compile ``fn`` with NumPy's float semantics, cached on disk."""
+def njit(fn: Callable, inline: bool = False) -> Callable:
+    """Numba-compile ``fn`` with NumPy's float semantics, cached on disk.
+
+    ``inline=True``: Numba inlines it into its callers (a loop's outlined body).
+    """
+    if inline:
+        return numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")(fn)
     return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
 
 
@@ -182,7 +187,7 @@ class Compiled:
             if len(tape) >= FOLD_MIN_SLOTS:
                 from .fold import plan as fold_plan
 
-                plan = fold_plan(tape, params)
+                plan = fold_plan(tape, params, fname, doc, STRAIGHT_LINE_LIMIT)
                 if plan.worth_it(STRAIGHT_LINE_LIMIT):
                     kind = "folded"
         elif force in ("straight-line", "folded", "interpreter"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 from .ops import OPS, Op
 from .tape import CONST, INPUT, Guard, Node, Tape
 
@@ -11,7 +13,12 @@ _node = tuple.__new__  # Node(op, args, value) without NamedTuple's keyword hand
 
 
 def _identity(node: Node, nodes: list[Node]) -> int | None:
-    """The operand slot this node equals exactly, if it is an identity."""
+    """The operand slot this node equals exactly, if it is an identity.
+
+    ``0 + x`` is kept: it is how a sum starts (``total = 0.0`` then
+    ``total = total + t``), and keeping it makes a loop's first repetition
+    the same as the others, so that the whole loop folds.
+    """
     op, args = node.op, node.args
 
     def const(k: int, value: float) -> bool:
@@ -23,11 +30,6 @@ def _identity(node: Node, nodes: list[Node]) -> int | None:
             return args[1]
         if const(1, 1.0):
             return args[0]
-    elif op is _ADD:
-        if const(0, 0.0):
-            return args[1]
-        if const(1, 0.0):
-            return args[0]
     elif op is _SUB or op is _DIV or op is _POW:
         if const(1, 0.0 if op is _SUB else 1.0):
             return args[0]
@@ -37,7 +39,7 @@ def _identity(node: Node, nodes: list[Node]) -> int | None:
 
 
 def simplify(tape: Tape) -> Tape:
-    """Drop exact identities (``x * 1``, ``x + 0``, ``--x``), fold constants and
+    """Drop exact identities (``x * 1``, ``x - 0``, ``--x``), fold constants and
     remove every slot that reaches no output or guard."""
     nodes: list[Node] = []
     alias: list[int] = []
@@ -104,6 +106,52 @@ def prune(
         where=keep(tape.where),
         slot_names=keep(tape.slot_names),
         blocks=keep(tape.blocks),
+        primal=tape.primal,
+    )
+
+
+def hoist_constants(tape: Tape) -> Tape:
+    """The same tape with every constant moved to the front, once per value.
+
+    A constant recorded inside one repetition of a loop (``0.0`` as a sum
+    starts) would otherwise make that repetition one slot longer than the
+    others, and the loop would not fold from its start.
+    """
+    nodes = tape.nodes
+    consts: dict[bytes, int] = {}
+    order: list[int] = []  # new position -> old slot
+    new_index = [-1] * len(nodes)
+    for i, node in enumerate(nodes):
+        if node.op == CONST:
+            key = struct.pack("<d", node.value)
+            j = consts.get(key)
+            if j is None:
+                j = consts[key] = len(order)
+                order.append(i)
+            new_index[i] = j
+    for i, node in enumerate(nodes):
+        if node.op != CONST:
+            new_index[i] = len(order)
+            order.append(i)
+    kept: list[Node] = []
+    for i in order:
+        node = nodes[i]
+        if node.args:
+            node = _node(Node, (node.op, tuple([new_index[a] for a in node.args]), node.value))
+        kept.append(node)
+
+    def perm(per_slot: list | None) -> list | None:
+        return None if per_slot is None else [per_slot[i] for i in order]
+
+    return Tape(
+        kept,
+        [new_index[i] for i in tape.inputs],
+        [new_index[o] for o in tape.outputs],
+        [g._replace(a=new_index[g.a], b=new_index[g.b]) for g in tape.guards],
+        tape.names,
+        where=perm(tape.where),
+        slot_names=perm(tape.slot_names),
+        blocks=perm(tape.blocks),
         primal=tape.primal,
     )
 

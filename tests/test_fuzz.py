@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import adcompile as ad
 from adcompile import fold, interpret
 from adcompile.codegen import Param, module_source
+from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
@@ -139,6 +140,16 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     code = fold.generate(gtape, segments, "f", params)
     exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
     out = np.empty(len(gtape.outputs))
+    ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
+    assert ok
+    np.testing.assert_allclose(out, [val, *grads], rtol=1e-12, atol=1e-13)
+    # ... and with every loop body of two or more operations outlined as a function
+    # of its own, folded in turn as eagerly
+    hoisted = hoist_constants(gtape)
+    segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
+    code = fold.generate(hoisted, segments, "f", params, outline=(2, 2, 1))
+    ns = {}
+    exec(compile(module_source([code.text]), "<outlined>", "exec"), ns)
     ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
     assert ok
     np.testing.assert_allclose(out, [val, *grads], rtol=1e-12, atol=1e-13)
