@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import batch
 from .codegen import Param
 from .interpret import first_nonfinite
 from .reverse import grad_tape
@@ -30,6 +31,7 @@ from .value import (
     build_tape,
     debug_nans_enabled,
     gc_paused,
+    no_grad,
     nonfinite_error,
     tracing,
 )
@@ -193,10 +195,27 @@ def trace(f: Callable, *args: Any) -> Tape:
 # ------------------------------------------------------------------ transforms
 
 
-class Specialisation:
-    """One compiled path of a function: its tape, code and output layout."""
+class _AtLength:
+    """Batch-generic code (``adcompile.batch``) bound to one batch length."""
 
-    def __init__(self, tape: Tape, compiled: Any, layout: list, mode: str, many: bool) -> None:
+    def __init__(self, gen: Any, n: int) -> None:
+        self.gen, self.n = gen, n
+        self.kind, self.source, self.explanation = gen.kind, gen.source, gen.explanation
+        self.tape = gen.tape
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.gen.call_n(self.n, *args)
+
+
+class Specialisation:
+    """One compiled path of a function: its tape, code and output layout.
+
+    ``tape`` is None for batch-generic code (traced at other lengths).
+    """
+
+    def __init__(
+        self, tape: Tape | None, compiled: Any, layout: list, mode: str, many: bool
+    ) -> None:
         self.tape = tape
         self.compiled = compiled
         self.call = compiled.call
@@ -259,6 +278,8 @@ class Transformed:
         self.debug_nans = debug_nans
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         self._lock = threading.Lock()
+        # code generic in the batch length, per argument structure (None: not possible)
+        self._batches: dict[tuple, Any] = {}
         functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
@@ -286,17 +307,124 @@ class Transformed:
             spec, out = self._miss(key, args, flat)
         self._last = spec
         if (self.debug_nans or debug_nans_enabled()) and not np.isfinite(out).all():
+            if spec.tape is None:  # batch-generic code: trace this length to find the op
+                spec = self._specialise(key, args)
+                spec.call(*flat)
             self._raise_nonfinite(spec, flat)
         return spec.unpack(out)
 
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
-        """No specialisation fits these inputs: trace ``f`` again and compile."""
+        """No specialisation fits these inputs: run the batch-generic code if there is
+        one (or can be), else trace ``f`` again and compile."""
         with self._lock:
+            found = self._batch_call(key, args, flat)
+            if found is not None:
+                return found
             spec = self._specialise(key, args)
         ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
         return spec, out
+
+    # ---- batch-generic code (adcompile.batch)
+
+    def _wrt_args(self, nargs: int) -> list[int]:
+        """The differentiated arguments (the leaves' values are argument 0)."""
+        return [0] if self.leaves is not None else self._wrt(nargs)
+
+    def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
+        """(spec, out) from code generic in the batch length, or None."""
+        found = batch.batched(key, self._wrt_args(len(args)))
+        if found is None:
+            return None
+        n, which = found
+        gkey = tuple((-1, *s[1:]) if k in which else s for k, s in enumerate(key))
+        gen = self._batches.get(gkey)
+        if gen is None:
+            if gkey in self._batches:  # tried: not one program
+                return None
+            gen = self._batches[gkey] = self._compile_batch(key, args, which)
+            if gen is None:
+                return None
+        ok, out = gen.call_n(n, *flat)
+        if not ok or not self._same_value(args, out[0]):
+            return None  # other branches, or f treats this length differently
+        spec = Specialisation(None, _AtLength(gen, n), self._layout(key)[0], self.mode, self._many)
+        specs = self._specs.setdefault(key, [])
+        specs.insert(0, spec)
+        del specs[MAX_SPECIALISATIONS:]
+        return spec, out
+
+    def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int]) -> Any:
+        """Trace at a few small lengths and compile one program for every length."""
+        arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
+        names = self._names(len(args))
+
+        def trace_at(k: int) -> tuple[Tape, list[Param]]:
+            sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
+            skey = tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
+            with gc_paused():
+                if self.leaves is not None:
+                    tape = trace_call(self.fun, sliced[1:], list(self.leaves()))
+                else:
+                    tape = trace_call(self.fun, sliced)
+                _, positions = self._layout(skey)
+                if self.mode != "jit":
+                    tape = grad_tape(tape, wrt=positions)
+            return tape, self._params(names, skey)
+
+        fname, what = self._fname_doc()
+        self.traces += 1
+        return batch.compile_batch(trace_at, fname, what)
+
+    def _same_value(self, args: Sequence[Any], value: float) -> bool:
+        """Whether ``f`` run on plain numbers agrees with the generic code's value
+        (True when it cannot run on numbers)."""
+        try:
+            with no_grad():
+                if self.leaves is not None:
+                    res = self.fun(*args[1:])
+                else:
+                    res = self.fun(*[np.asarray(a, np.float64) if np.ndim(a) else a for a in args])
+            got = float(res.data if isinstance(res, Value) else np.asarray(res).reshape(-1)[0])
+        except Exception:
+            return True  # the generalisation was checked at three lengths
+        return (
+            got == value
+            or abs(got - value) <= 1e-9 * max(abs(got), abs(value), 1e-300)
+            or (got != got and value != value)
+        )
+
+    def _names(self, nargs: int) -> list[str]:
+        if self.leaves is not None:
+            return ["params", *_unique_params(self.fun, nargs - 1)]
+        return _unique_params(self.fun, nargs)
+
+    @staticmethod
+    def _params(names: list[str], key: tuple) -> list[Param]:
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        return [Param(n, None if s is None else sz) for n, s, sz in zip(names, key, sizes)]
+
+    def _layout(self, key: tuple) -> tuple[list, list[int]]:
+        """Per differentiated argument (its start in the outputs, its shape), and the
+        positions of its elements among the tape's inputs."""
+        wrt = self._wrt_args(len(key))
+        layout, positions, start = [], [], 0
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        for k in wrt:
+            positions.extend(range(offsets[k], offsets[k + 1]))
+            layout.append((1 + start, key[k]))
+            start += sizes[k]
+        return layout, positions
+
+    def _fname_doc(self) -> tuple[str, str]:
+        if self.mode == "jit":
+            return f"{self._name}_value", f"value of {self._name} (generated by adcompile)"
+        return (
+            f"{self._name}_value_and_grad",
+            f"value and gradient of {self._name} (generated by adcompile)",
+        )
 
     def _raise_nonfinite(self, spec: Specialisation, flat: list) -> None:
         """Find the first primitive that made nan/inf from finite inputs, and name it."""
@@ -322,16 +450,10 @@ class Transformed:
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
-        names = _unique_params(self.fun, len(args))
-        if self.leaves is not None:  # argument 0 holds the leaves' values
-            leaves = list(self.leaves())
-            with gc_paused():  # tracing builds a large acyclic graph
-                tape = trace_call(self.fun, args[1:], leaves)
-            wrt = [0]
-            names = ["params", *_unique_params(self.fun, len(args) - 1)]
-        else:
-            wrt = self._wrt(len(args))
-            with gc_paused():
+        with gc_paused():  # tracing builds a large acyclic graph
+            if self.leaves is not None:  # argument 0 holds the leaves' values
+                tape = trace_call(self.fun, args[1:], list(self.leaves()))
+            else:
                 tape = trace_call(self.fun, args)
         self.traces += 1
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
@@ -344,30 +466,13 @@ class Transformed:
                 RetraceWarning,
                 stacklevel=3,
             )
-        # positions in tape.inputs of each differentiated argument's elements
-        layout, positions, start = [], [], 0
-        sizes = [1 if s is None else int(np.prod(s)) for s in key]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-        for k in wrt:
-            positions.extend(range(offsets[k], offsets[k + 1]))
-            layout.append((1 + start, key[k]))
-            start += sizes[k]
-        params = [Param(n, None if s is None else sz) for n, s, sz in zip(names, key, sizes)]
-        fname = self._name
+        layout, positions = self._layout(key)
+        params = self._params(self._names(len(args)), key)
+        fname, doc = self._fname_doc()
         from .jit import Compiled  # Numba is imported on first compile, not with adcompile
 
-        if self.mode == "jit":
-            compiled = Compiled(
-                tape, params, f"{fname}_value", f"value of {fname} (generated by adcompile)"
-            )
-        else:
-            gtape = grad_tape(tape, wrt=positions)
-            compiled = Compiled(
-                gtape,
-                params,
-                f"{fname}_value_and_grad",
-                f"value and gradient of {fname} (generated by adcompile)",
-            )
+        code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
+        compiled = Compiled(code_tape, params, fname, doc)
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)

@@ -52,6 +52,9 @@ WINDOWS = (4, 32, 256, 2048)
 #: body becomes a function of its own, folded in turn (the neurons inside the
 #: loop over examples), and the loop calls it once per repetition.
 OUTLINE_MIN_OPS = 96
+#: Copies of at least this many values from one row of the work array are made
+#: by one loop over index columns instead of runs of little loops.
+GATHER_MIN = 24
 #: How deep outlined bodies may nest.
 OUTLINE_MAX_DEPTH = 3
 
@@ -562,7 +565,9 @@ class _Gen:
                             self.early.add(d[1])
                 elif d[0] == "slots":  # stored in slot order: an affine read of the slots
                     other, off, step = d[1:]
-                    self.early.add(other)
+                    osz, last = self.segs[other].size, self.segs[other].reps - 1
+                    if any((off + step * r) // osz != last for r in range(seg.reps)):
+                        self.early.add(other)
                     self.in_slot_order.add(other)
                     self.slot_reads.setdefault(other, []).append((off, step, seg.reps))
                     size = self.segs[other].size
@@ -582,6 +587,7 @@ class _Gen:
         """
         self.base, self.rank, self.width, self.pos = [], [], [], []
         self.pingpong: set[int] = set()
+        self.last_only: set[int] = set()  # loops read only at their last repetition
         size = 0
         for sid, seg in enumerate(self.segs):
             pos = sorted(self.stored[sid])
@@ -610,28 +616,36 @@ class _Gen:
                 self.pingpong.add(sid)  # rows r % 2: write one, read the other
             elif sid in self.outlined:
                 size += len(pos)  # row -1
+            elif sid not in self.early:
+                self.last_only.add(sid)  # stored once, after the loop
             self.pos.append(pos)
             self.rank.append(rank)
             self.width.append(len(pos))
             self.base.append(size)
-            size += len(pos) * (2 if sid in self.pingpong else seg.reps)
+            rows = 2 if sid in self.pingpong else 1 if sid in self.last_only else seg.reps
+            size += len(pos) * rows
         self.work_size = max(size, 1)
 
     def index(self, sid: int, p: int, q: int, dq: int) -> tuple[int, int]:
         m = self.width[sid]
-        if sid in self.pingpong:  # only the last row (and row -1) is read
-            assert dq == 0
-            q %= 2
+        if sid in self.pingpong or sid in self.last_only:  # only the last row is read:
+            assert dq == 0 and q == self.segs[sid].reps - 1  # it is row 0
+            q = 0
         return self.base[sid] + m * q + self.rank[sid][p], m * dq
 
     def row(self, sid: int, q: int, dq: int) -> str:
-        """Index of the first element of row ``q + dq * r`` of segment ``sid``."""
+        """Index of the first element of row ``q + dq * r`` of segment ``sid``.
+
+        A loop that keeps two rows writes repetition r to row (reps - 1 - r) % 2,
+        so that the last repetition's row is row 0 whatever the count.
+        """
         m, base = self.width[sid], self.base[sid]
         if sid in self.pingpong:
+            last = self.segs[sid].reps - 1
             if dq == 0:
-                return str(base + m * (q % 2))
-            shift = "" if q % 2 == 0 else " + 1"
-            return f"{base} + {m} * (({self.rname}{shift}) % 2)" if m else str(base)
+                assert q == last
+                return str(base)
+            return f"{base} + {m} * (({last - q} - {self.rname}) % 2)" if m else str(base)
         return _affine(base + m * q, m * dq, self.rname)
 
     def slots_index(self, d: tuple) -> tuple[int, int]:
@@ -737,8 +751,12 @@ class _Gen:
                 name = self.local[(sid, p)]
                 out.append(f"        {name} = {_strip(node.op.code.format(*args))}")
                 self.statements += 1
-                if p in self.stored[sid] and sid in self.pingpong:  # an outline declined
-                    out.append(f"        {v}[{self.row(sid, 0, 1)} + {self.rank[sid][p]}] = {name}")
+                if sid in self.last_only:
+                    pass  # stored after the loop
+                elif p in self.stored[sid] and sid in self.pingpong:  # an outline declined
+                    out.append(
+                        f"        {v}[{self.row(sid, 0, 1)} + {self.rank[sid][p]}] = {name}"
+                    )
                 elif p in self.stored[sid]:
                     c0, c1 = self.index(sid, p, 0, 1)
                     out.append(f"        {v}[{_affine(c0, c1, r)}] = {name}")
@@ -753,6 +771,11 @@ class _Gen:
                 prev = self.carry_name[(sid, p, a0)]
                 if prev != self.local[(sid, p)]:
                     out.append(f"        {prev} = {self.local[(sid, p)]}")
+        for sid in grp:  # what is read of the last repetition, from its locals
+            if sid in self.last_only:
+                for p in sorted(self.stored[sid], key=self.rank[sid].__getitem__):
+                    at = self.base[sid] + self.rank[sid][p]
+                    out.append(f"    {v}[{at}] = {self.local[(sid, p)]}")
         return out
 
     # ---- outlined bodies
@@ -772,9 +795,49 @@ class _Gen:
             return (("c",), 1, d[1])
         return (("~", repr(d)), 0, 0)
 
-    def _copies(self, pairs: list[tuple[int, tuple]], sid: int, indent: str) -> list[str]:
-        """``v[i] = <d>`` for each (i, d), runs at rising indices on both sides as loops."""
-        lines, i, kv, v = [], 0, self.kname, self.vname
+    def _gather(
+        self, dest: str, pairs: list[tuple[int, tuple]], indent: str, at0: str = ""
+    ) -> tuple[list[str], list[tuple[int, tuple]]]:
+        """Many reads of one row of the work array copied in one loop whose indices
+        are columns of ``c``: a short function, quick to compile, where runs would
+        be dozens of little loops. The lines, and the pairs left to copy otherwise."""
+        rows: dict[int, list[tuple[int, int, tuple]]] = {}  # per segment: (at, offset, d)
+        rest = []
+        for at, d in pairs:
+            if d[0] == "mem" and d[4] == 0:
+                off = self.index(d[1], d[2], d[3], 0)[0] - self.base[d[1]]
+                rows.setdefault(d[1], []).append((at, off, d))
+            else:
+                rest.append((at, d))
+        lines, kv, c = [], self.kname, self.cname
+        for sid, items in rows.items():
+            if len(items) < GATHER_MIN:
+                rest.extend((at, d) for at, _, d in items)
+                continue
+            start = self.base[sid]
+            c0 = len(self.columns)
+            self.columns.extend(float(at) for at, _, _ in items)
+            self.columns.extend(float(off) for _, off, _ in items)
+            c1 = c0 + len(items)
+            lines.append(
+                f"{indent}# {len(items)} values of one loop's rows: their places are in {c}"
+            )
+            lines.append(f"{indent}for {kv} in range({len(items)}):")
+            lines.append(
+                f"{indent}    {dest}[{at0}int({c}[{c0} + {kv}])] = "
+                f"{self.vname}[{start} + int({c}[{c1} + {kv}])]"
+            )
+        return lines, sorted(rest)
+
+    def _copies(
+        self, pairs: list[tuple[int, tuple]], sid: int, indent: str, at0: str = ""
+    ) -> list[str]:
+        """``v[at0 + i] = <d>`` for each (i, d), runs at rising indices on both sides
+        as loops."""
+        lines, kv, v = [], self.kname, self.vname
+        if sid < 0:  # reads that do not change in a loop: many from one row gather
+            lines, pairs = self._gather(v, pairs, indent, at0)
+        i = 0
         keys = [self._ext_key(d) for _, d in pairs]
         while i < len(pairs):
             end = i + 1
@@ -790,10 +853,12 @@ class _Gen:
             if end - i >= MIN_REPS:
                 arr, idx = self.expr(d, sid).split("[", 1)  # the first read; the rest follow
                 lines.append(f"{indent}for {kv} in range({end - i}):")
-                lines.append(f"{indent}    {v}[{_affine(at, 1, kv)}] = {arr}[{idx[:-1]} + {kv}]")
+                lines.append(
+                    f"{indent}    {v}[{at0}{_affine(at, 1, kv)}] = {arr}[{idx[:-1]} + {kv}]"
+                )
                 i = end
             else:
-                lines.append(f"{indent}{v}[{at}] = {self.expr(d, sid)}")
+                lines.append(f"{indent}{v}[{at0}{at}] = {self.expr(d, sid)}")
                 i += 1
         return lines
 
@@ -932,11 +997,12 @@ class _Gen:
         out = [f"    # folded: {seg}; its body is {bname}(), above, called once per repetition"]
         if plan["carries"]:
             out.append("    # row -1 of its rows: what repetition 0 carries in")
-            pairs = sorted(
-                (self.index(sid, p, -1, 0)[0], before)
-                for (p, _), (before, _) in plan["carries"].items()
-            )
-            out.extend(self._copies(pairs, -1, "    "))
+            pairs = sorted((rank[p], before) for (p, _), (before, _) in plan["carries"].items())
+            if sid in self.pingpong:
+                at = f"{self.base[sid]} + {m} * ({seg.reps} % 2) + "
+            else:
+                at = f"{self.base[sid] - m} + "
+            out.extend(self._copies(pairs, -1, "    ", at))
         if fixed:
             out.append(f"    # e = v[{e0}:{w0}]: what every repetition reads ...")
             out.extend(self._copies([(e0 + ext[d], d) for d in fixed], -1, "    "))
@@ -1125,8 +1191,14 @@ class _Gen:
 
     def _outputs(self, descs: list[tuple | None]) -> list[str]:
         """``out[k] = ...``, runs of evenly spaced reads as loops (None: written by a loop)."""
+        lines, left = self._gather(
+            self.oname, [(k, d) for k, d in enumerate(descs) if d is not None], "    "
+        )
+        descs = [None] * len(descs)
+        for k, d in left:
+            descs[k] = d
         keys = [None if d is None else self._key(d) for d in descs]
-        lines, o, k = [], self.oname, 0
+        o, k = self.oname, 0
         while k < len(descs):
             if descs[k] is None:
                 k += 1

@@ -1,0 +1,273 @@
+"""Batch-generic code: one compiled function for every batch length.
+
+A loss over n examples records n copies of the per-example work, so its
+tape, and the code generated from it, depend on n. When the arguments that
+are not differentiated share a leading length n (the examples: ``X`` of
+shape (n, 2) and ``y`` of shape (n,)), the function is traced at a few
+small lengths instead, on the first rows of the data. Their folded sources
+must be one program: the same tokens, up to the names of locals and to
+number literals that are affine in the length (loop counts, offsets into
+the work array) or in its reciprocal (the ``1 / n`` of a mean). That
+program, written in ``n``, is compiled once and serves every batch length,
+the last short batch included.
+
+Python code may still treat some lengths differently (``range(min(n,
+10))``): the caller checks the first answer at each new length against
+``f`` run on plain floats, and traces the full length when they differ.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+import tokenize
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .codegen import Param, module_source
+from .tape import Tape
+
+#: The lengths the function is traced at (three, to check that a literal is
+#: affine rather than assume it).
+SIZES = (5, 6, 8)
+#: Batches shorter than this are traced as they are.
+MIN_LENGTH = 16
+
+
+def batched(shapes: Sequence[tuple | None], wrt: Sequence[int]) -> tuple[int, list[int]] | None:
+    """(n, the arguments whose leading length is n), or None.
+
+    The batched arguments are the arrays that are not differentiated whose
+    first dimension equals that of the first such array.
+    """
+    data = [k for k, s in enumerate(shapes) if k not in wrt and s is not None and len(s) >= 1]
+    if not data:
+        return None
+    n = shapes[data[0]][0]
+    if n < MIN_LENGTH:
+        return None
+    return n, [k for k in data if shapes[k][0] == n]
+
+
+# ------------------------------------------------------------------ generalising
+
+
+def _fit(values: Sequence[float], ks: Sequence[int], integer: bool, n: str = "n") -> str | None:
+    """``values`` (one per length in ``ks``) as an expression in ``n``, or None."""
+    (k0, k1, k2), (v0, v1, v2) = ks, values
+    if integer:
+        a, r = divmod(v1 - v0, k1 - k0)
+        b = v0 - a * k0
+        if r or v2 != a * k2 + b:
+            return None
+        if a == 0:
+            return str(b)
+        term = n if a == 1 else f"{a} * {n}"
+        return f"({term} {'+' if b >= 0 else '-'} {abs(b)})" if b else f"({term})"
+
+    def close(x: float, y: float) -> bool:
+        return abs(x - y) <= 1e-12 * max(abs(x), abs(y))
+
+    a = (v1 - v0) / (k1 - k0)
+    b = v0 - a * k0
+    if close(v2, a * k2 + b):
+        return f"({a!r} * {n} + {b!r})" if b else f"({a!r} * {n})"
+    a = (v1 - v0) / (1 / k1 - 1 / k0)
+    b = v0 - a / k0
+    if close(v2, a / k2 + b):
+        return f"({a!r} / {n} + {b!r})" if b else f"({a!r} / {n})"
+    return None
+
+
+_NUMBER = re.compile(r"\d+")
+
+
+def _comment(texts: Sequence[str], ks: Sequence[int], n: str) -> str:
+    """A comment that differs between the lengths, its counts written in n."""
+    parts = [_NUMBER.split(t) for t in texts]
+    nums = [_NUMBER.findall(t) for t in texts]
+    if len({len(p) for p in parts}) != 1 or any(p != parts[0] for p in parts):
+        return texts[-1]
+    out = [parts[0][0]]
+    for i in range(len(nums[0])):
+        vals = [int(ns[i]) for ns in nums]
+        e = str(vals[0]) if len(set(vals)) == 1 else _fit(vals, ks, True, n)
+        out.append((e or nums[-1][i]).strip("()") + parts[0][i + 1])
+    return "".join(out)
+
+
+def generalise(
+    texts: Sequence[str], ks: Sequence[int], n: str = "n"
+) -> tuple[str, list[int]] | None:
+    """One source for every length, from the sources at lengths ``ks`` (see the
+    module docstring), and the lines where a number became an expression in
+    ``n``; None when they are not one program."""
+    toks = [list(tokenize.generate_tokens(io.StringIO(t).readline)) for t in texts]
+    if len({len(t) for t in toks}) != 1:
+        return None
+    rows: list[int] = []
+    fwd: list[dict[str, str]] = [{} for _ in texts]  # last text's names -> each text's
+    back: list[dict[str, str]] = [{} for _ in texts]
+    edits: list[tuple[tuple[int, int], tuple[int, int], str]] = []
+    for group in zip(*toks):
+        last = group[-1]
+        strings = [tk.string for tk in group]
+        if len({tk.type for tk in group}) != 1:
+            return None
+        if len(set(strings)) == 1:
+            continue
+        kind = last.type
+        if kind == tokenize.NAME:  # a local named after a slot: a consistent renaming
+            for i, s in enumerate(strings):
+                if fwd[i].setdefault(last.string, s) != s:
+                    return None
+                if back[i].setdefault(s, last.string) != last.string:
+                    return None
+        elif kind == tokenize.NUMBER:
+            integer = all(re.fullmatch(r"\d+", s) for s in strings)
+            vals = [int(s) if integer else float(s) for s in strings]
+            e = _fit(vals, ks, integer, n)
+            if e is None:
+                return None
+            edits.append((last.start, last.end, e))
+            rows.append(last.start[0])
+        elif kind in (tokenize.COMMENT, tokenize.STRING):  # comments and docstrings
+            edits.append((last.start, last.end, _comment(strings, ks, n)))
+        else:
+            return None
+    lines = texts[-1].splitlines(keepends=True)
+    for (r0, c0), (r1, c1), new in sorted(edits, reverse=True):
+        assert r0 == r1
+        line = lines[r0 - 1]
+        lines[r0 - 1] = line[:c0] + new + line[c1:]
+    return "".join(lines), rows
+
+
+# ------------------------------------------------------------------ compiling
+
+
+@dataclass
+class _Traced:
+    text: str
+    work: int
+    columns: np.ndarray
+    n_out: int
+    functions: list[str]
+    explanation: str
+
+
+class BatchCompiled:
+    """Folded code for any batch length: ``call_n(n, *flat) -> (ok, outputs)``."""
+
+    kind = "folded"
+
+    def __init__(
+        self,
+        fname: str,
+        source: str,
+        functions: list[str],
+        params: Sequence[Param],
+        work: tuple[int, int],
+        columns: np.ndarray,
+        n_out: int,
+        explanation: str,
+        tape: Tape,
+    ) -> None:
+        from .jit import compile_now, load_source, njit  # the Numba side, on use
+
+        self.source = source
+        self.explanation = explanation
+        self.tape = tape  # the adjoint tape at the largest traced length
+        mod = load_source(source, fname)
+        for name in functions:
+            fn = getattr(mod, name)
+            if not hasattr(fn, "py_func"):
+                setattr(mod, name, njit(fn, inline=True))
+        types = ["float64" if p.size is None else "float64[::1]" for p in params]
+        sig = f"boolean(int64, {', '.join(types + ['float64[::1]'] * 3)})"
+        self._fn = compile_now(getattr(mod, fname), sig)
+        self._work = work
+        self._columns = columns
+        self.n_out = n_out
+        self._local = threading.local()
+
+    def call_n(self, n: int, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run for batch length ``n`` on flat float arguments."""
+        size = max(self._work[0] * n + self._work[1], 1)
+        work = getattr(self._local, "work", None)
+        if work is None or len(work) < size:
+            work = self._local.work = np.empty(size)
+        out = np.empty(self.n_out)
+        return self._fn(n, *args, work, self._columns, out), out
+
+
+def compile_batch(
+    trace_at: Callable[[int], tuple[Tape, list[Param]]], fname: str, doc: str
+) -> BatchCompiled | None:
+    """Trace at each of ``SIZES`` (``trace_at(k)`` -> tape to compile, its params),
+    generalise the folded sources and compile; None when they are not one program."""
+    from . import fold
+    from .jit import STRAIGHT_LINE_LIMIT
+
+    traced: list[_Traced] = []
+    tape = None
+    params: list[Param] = []
+    for k in SIZES:
+        tape, params = trace_at(k)
+        plan = fold.plan(tape, params, fname, doc, STRAIGHT_LINE_LIMIT)
+        if not plan.segments:
+            return None
+        code = plan.code or fold.generate(plan.tape, plan.segments, fname, params, doc)
+        traced.append(
+            _Traced(
+                code.text,
+                code.work_size,
+                code.columns,
+                len(tape.outputs),
+                code.functions,
+                fold._explain(plan.tables, plan.segments, code.statements, code.outlined),
+            )
+        )
+    if len({t.n_out for t in traced}) != 1 or any(
+        not np.array_equal(t.columns, traced[0].columns) or t.functions != traced[0].functions
+        for t in traced
+    ):
+        return None
+    # the batch length, the function's first argument, is called n unless a name is n
+    names = set(re.findall(r"[A-Za-z_]\w*", traced[-1].text))
+    n = next(s for s in ("n", "n_", "n__", "n_batch", "n_examples") if s not in names)
+    work = _fit([t.work for t in traced], SIZES, True)
+    found = generalise([t.text for t in traced], SIZES, n)
+    if work is None or found is None:
+        return None
+    text, _ = found
+    # every function takes n first: the outer one, and the bodies it calls (a mean's
+    # 1 / n reaches the adjoint's loop body)
+    for name in [*traced[-1].functions, fname]:
+        text = re.sub(rf"\b{name}\((?!\))", f"{name}({n}, ", text)
+    a, r = divmod(traced[1].work - traced[0].work, SIZES[1] - SIZES[0])
+    b = traced[0].work - a * SIZES[0]
+    ks = ", ".join(map(str, SIZES))
+    explanation = (
+        f"Generic in the batch length {n}: traced at {n} = {ks} and checked to be one "
+        f"program whose loop counts and offsets are written in {n}. At {n} = {SIZES[-1]}: "
+        + traced[-1].explanation
+    )
+    header = "".join(f"# {ln}\n" for ln in fold._wrap(explanation, 76))
+    source = module_source([header + text])
+    assert tape is not None
+    return BatchCompiled(
+        fname,
+        source,
+        traced[-1].functions,
+        params,
+        (a, b),
+        traced[-1].columns,
+        traced[-1].n_out,
+        explanation,
+        tape,
+    )
