@@ -538,7 +538,7 @@ class Transformed:
         for spec in self._specs.get(key, ()):
             if spec.call(*flat)[0]:
                 return spec.compiled.source
-        return self._specialise(key, args).compiled.source
+        return self._miss(key, args, flat)[0].compiled.source
 
 
 def _unique_params(f: Callable, n: int) -> list[str]:

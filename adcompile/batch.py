@@ -19,6 +19,7 @@ Python code may still treat some lengths differently (``range(min(n,
 from __future__ import annotations
 
 import io
+import itertools
 import re
 import threading
 import tokenize
@@ -34,6 +35,8 @@ from .tape import Tape
 #: The lengths the function is traced at (three, to check that a literal is
 #: affine rather than assume it).
 SIZES = (5, 6, 8)
+#: ... and, when those do not agree, at these too, one by one.
+MORE_SIZES = (9, 10, 12)
 #: Batches shorter than this are traced as they are.
 MIN_LENGTH = 16
 
@@ -67,7 +70,9 @@ def _fit(values: Sequence[float], ks: Sequence[int], integer: bool, n: str = "n"
         if a == 0:
             return str(b)
         term = n if a == 1 else f"{a} * {n}"
-        return f"({term} {'+' if b >= 0 else '-'} {abs(b)})" if b else f"({term})"
+        return (
+            f"({term} {'+' if b >= 0 else '-'} {abs(b)})" if b else term if a == 1 else f"({term})"
+        )
 
     def close(x: float, y: float) -> bool:
         return abs(x - y) <= 1e-12 * max(abs(x), abs(y))
@@ -205,69 +210,92 @@ class BatchCompiled:
         return self._fn(n, *args, work, self._columns, out), out
 
 
+def _one_program(traced: dict[int, _Traced], ks: tuple[int, int, int]) -> tuple | None:
+    """(source in n, n's name, work-array size (a, b)) if the traces at ``ks`` are
+    one program, else None."""
+    ts = [traced[k] for k in ks]
+    if len({t.n_out for t in ts}) != 1 or any(
+        not np.array_equal(t.columns, ts[0].columns) or t.functions != ts[0].functions for t in ts
+    ):
+        return None
+    # the batch length, the function's first argument, is called n unless a name is n
+    names = set(re.findall(r"[A-Za-z_]\w*", ts[-1].text))
+    n = next(s for s in ("n", "n_", "n__", "n_batch", "n_examples") if s not in names)
+    if _fit([t.work for t in ts], ks, True) is None:
+        return None
+    found = generalise([t.text for t in ts], ks, n)
+    if found is None:
+        return None
+    a, _ = divmod(ts[1].work - ts[0].work, ks[1] - ks[0])
+    return found[0], n, (a, ts[0].work - a * ks[0])
+
+
 def compile_batch(
     trace_at: Callable[[int], tuple[Tape, list[Param]]], fname: str, doc: str
 ) -> BatchCompiled | None:
     """Trace at each of ``SIZES`` (``trace_at(k)`` -> tape to compile, its params),
-    generalise the folded sources and compile; None when they are not one program."""
+    generalise the folded sources and compile; None when they are not one program.
+
+    Folding may start a loop one statement later at one length than at another
+    (the same loop, rotated); then a few more lengths are traced, and any three
+    that agree will do.
+    """
     from . import fold
     from .jit import STRAIGHT_LINE_LIMIT
 
-    traced: list[_Traced] = []
-    tape = None
-    params: list[Param] = []
-    for k in SIZES:
-        tape, params = trace_at(k)
-        plan = fold.plan(tape, params, fname, doc, STRAIGHT_LINE_LIMIT)
+    traced: dict[int, _Traced] = {}
+    tapes: dict[int, tuple[Tape, list[Param]]] = {}
+    found = None
+    for k in (*SIZES, *MORE_SIZES):
+        tape, params = tapes[k] = trace_at(k)
+        # short loops fold too: at a small length, a loop over the examples is short
+        plan = fold.plan(tape, params, fname, doc, STRAIGHT_LINE_LIMIT, min_saved=2)
         if not plan.segments:
             return None
         code = plan.code or fold.generate(plan.tape, plan.segments, fname, params, doc)
-        traced.append(
-            _Traced(
-                code.text,
-                code.work_size,
-                code.columns,
-                len(tape.outputs),
-                code.functions,
-                fold._explain(plan.tables, plan.segments, code.statements, code.outlined),
-            )
+        traced[k] = _Traced(
+            code.text,
+            code.work_size,
+            code.columns,
+            len(tape.outputs),
+            code.functions,
+            fold._explain(plan.tables, plan.segments, code.statements, code.outlined),
         )
-    if len({t.n_out for t in traced}) != 1 or any(
-        not np.array_equal(t.columns, traced[0].columns) or t.functions != traced[0].functions
-        for t in traced
-    ):
+        if len(traced) < 3:
+            continue
+        others = sorted(traced)[:-1] if k in MORE_SIZES else []
+        triples = [tuple(SIZES)] if k == SIZES[-1] else []
+        triples += [(a, b, k) for a, b in itertools.combinations(reversed(others), 2)]
+        for ks in triples:
+            found = _one_program(traced, tuple(sorted(ks)))
+            if found is not None:
+                ks = tuple(sorted(ks))
+                break
+        if found is not None:
+            break
+    if found is None:
         return None
-    # the batch length, the function's first argument, is called n unless a name is n
-    names = set(re.findall(r"[A-Za-z_]\w*", traced[-1].text))
-    n = next(s for s in ("n", "n_", "n__", "n_batch", "n_examples") if s not in names)
-    work = _fit([t.work for t in traced], SIZES, True)
-    found = generalise([t.text for t in traced], SIZES, n)
-    if work is None or found is None:
-        return None
-    text, _ = found
+    text, n, work = found
     # every function takes n first: the outer one, and the bodies it calls (a mean's
     # 1 / n reaches the adjoint's loop body)
-    for name in [*traced[-1].functions, fname]:
+    last = traced[ks[-1]]
+    for name in [*last.functions, fname]:
         text = re.sub(rf"\b{name}\((?!\))", f"{name}({n}, ", text)
-    a, r = divmod(traced[1].work - traced[0].work, SIZES[1] - SIZES[0])
-    b = traced[0].work - a * SIZES[0]
-    ks = ", ".join(map(str, SIZES))
     explanation = (
-        f"Generic in the batch length {n}: traced at {n} = {ks} and checked to be one "
-        f"program whose loop counts and offsets are written in {n}. At {n} = {SIZES[-1]}: "
-        + traced[-1].explanation
+        f"Generic in the batch length {n}: traced at {n} = {', '.join(map(str, ks))} and "
+        f"checked to be one program whose loop counts and offsets are written in {n}. "
+        f"At {n} = {ks[-1]}: " + last.explanation
     )
     header = "".join(f"# {ln}\n" for ln in fold._wrap(explanation, 76))
-    source = module_source([header + text])
-    assert tape is not None
+    tape, params = tapes[ks[-1]]
     return BatchCompiled(
         fname,
-        source,
-        traced[-1].functions,
+        module_source([header + text]),
+        last.functions,
         params,
-        (a, b),
-        traced[-1].columns,
-        traced[-1].n_out,
+        work,
+        last.columns,
+        last.n_out,
         explanation,
         tape,
     )

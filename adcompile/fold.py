@@ -1386,6 +1386,7 @@ def plan(
     fname: str = "f",
     doc: str = "",
     limit: int | None = None,
+    min_saved: int = MIN_SAVED,
 ) -> Plan:
     """Find the segments of ``tape`` and count what the folded source would print.
 
@@ -1396,7 +1397,7 @@ def plan(
     """
     tape = hoist_constants(tape)
     t = _Tables(tape, params)
-    segments = _find(t, MIN_REPS, MIN_SAVED)
+    segments = _find(t, MIN_REPS, min_saved)
     p = Plan(segments, _statements(t, segments), t.n_ops(0, t.n), t, tape, None, fname, doc)
     if limit is not None and segments and not p.worth_it(limit):
         if any(t.n_ops(s.start, s.start + s.size) >= OUTLINE_MIN_OPS for s in segments):
@@ -1443,9 +1444,13 @@ class FoldedFunction:
             t, self.segments = segments.tables, list(segments.segments)
             if segments.code is not None and (segments.fname, segments.doc) == (fname, doc):
                 code = segments.code
+        elif segments is None:  # found here, on the tape with its constants in front
+            p = plan(tape, params)
+            tape = self.tape = p.tape
+            t, self.segments = p.tables, list(p.segments)
         else:
             t = _Tables(tape, params)
-            self.segments = _find(t, MIN_REPS, MIN_SAVED) if segments is None else list(segments)
+            self.segments = list(segments)
         lap("find")
         if code is None:
             code = _Gen(tape, self.segments, params, t).source(fname, doc)

@@ -666,7 +666,7 @@ def test_value_and_grad_of_a_wide_mlp_folds_loops_inside_loops():
     # one program for every batch length: every example runs in the loop over n,
     # the first one included (a sum starts at 0.0)
     assert "Generic in the batch length n" in compiled.explanation
-    assert "for r in range((n)):" in compiled.source
+    assert "for r in range(n):" in compiled.source
     # later calls at other points agree with NumPy too
     q = p + 0.01
     loss, g = vg(q, X, y)
