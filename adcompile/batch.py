@@ -45,12 +45,14 @@ def batched(shapes: Sequence[tuple | None], wrt: Sequence[int]) -> tuple[int, li
     """(n, the arguments whose leading length is n), or None.
 
     The batched arguments are the arrays that are not differentiated whose
-    first dimension equals that of the first such array.
+    first dimension is n, the leading length most of them share (the first
+    such array's on a tie).
     """
     data = [k for k, s in enumerate(shapes) if k not in wrt and s is not None and len(s) >= 1]
     if not data:
         return None
-    n = shapes[data[0]][0]
+    lengths = [shapes[k][0] for k in data]
+    n = max(lengths, key=lengths.count)  # the most common; the first of those
     if n < MIN_LENGTH:
         return None
     return n, [k for k in data if shapes[k][0] == n]

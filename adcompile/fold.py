@@ -490,8 +490,15 @@ class _Gen:
                 grp = groups[-1]
                 last = self.segs[grp[-1]]
                 gap = range(last.stop, seg.start)
+                long = self.outline[0] if self.depth < OUTLINE_MAX_DEPTH else t.n + 1
                 ok = (
                     seg.reps == last.reps
+                    # a long body stays alone: it may become a function of its own
+                    and t.n_ops(seg.start, seg.start + seg.size) < long
+                    and all(
+                        t.n_ops(s.start, s.start + s.size) < long
+                        for s in map(self.segs.__getitem__, grp)
+                    )
                     and all(t.codes[j] <= 0 and j not in t.guards_at for j in gap)
                     and all(
                         self._fusible(sid, a0, a1, grp)
