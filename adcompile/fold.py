@@ -1012,11 +1012,11 @@ class _Gen:
             out.extend(self._copies(pairs, -1, "    ", at))
         if fixed:
             out.append(f"    # e = v[{e0}:{w0}]: what every repetition reads ...")
-            out.extend(self._copies([(e0 + ext[d], d) for d in fixed], -1, "    "))
+            out.extend(self._copies([(ext[d], d) for d in fixed], -1, "    ", f"{e0} + "))
         out.append(f"    for {r} in range({seg.reps}):")
         if varying:
             out.append("        # ... and what changes from one repetition to the next")
-            out.extend(self._copies([(e0 + ext[d], d) for d in varying], sid, "        "))
+            out.extend(self._copies([(ext[d], d) for d in varying], sid, "        ", f"{e0} + "))
         args = [f"{v}[{e0}:{w0}]"]
 
         def view(o: int, q: int, dq: int) -> str:

@@ -104,7 +104,11 @@ def _info(vg: Any) -> Any:
         compiled = getattr(spec, "compiled", None)
         if compiled is None:
             return {}
-        out = {"backend": getattr(compiled, "kind", "?"), "tape_len": len(spec.tape)}
+        out = {"backend": getattr(compiled, "kind", "?")}
+        if spec.tape is None:  # batch-generic code: traced at small lengths only
+            out["backend"] += ", generic in the batch length"
+            return out
+        out["tape_len"] = len(spec.tape)
         gtape = getattr(compiled, "tape", None)
         if gtape is not None:
             out["grad_tape_len"] = len(gtape)
