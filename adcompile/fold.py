@@ -402,6 +402,9 @@ class _Gen:
         # (least operations in an outlined body, min_reps and min_saved inside it)
         self.outline, self.depth = outline, depth
         outline_min = outline[0]
+        # (slot, [(output, prev index or -1 for 0.0)], prev's name): when the slot is 0,
+        # the function has nothing to add (an adjoint body whose cotangent is 0)
+        self.zero_exit: tuple[int, list[tuple[int, int]], str] | None = None
         t = self.t = tables if tables is not None else _Tables(tape, params)
         self.seg_of = np.full(t.n + 1, -1, np.int64)
         for s in self.segs:
@@ -988,7 +991,10 @@ class _Gen:
         if not segs or _statements(bt, segs) > ops // (2 if self.outline[0] >= MIN_SAVED else 1):
             return None
         bname = f"{self.fname}_body{sid}" if self.depth == 0 else f"{self.fname}_{sid}"
-        inner = _Gen(body, segs, bparams, bt, self.outline, self.depth + 1).source(
+        gen = _Gen(body, segs, bparams, bt, self.outline, self.depth + 1)
+        if plan["carries"]:
+            gen.zero_exit = _zero_exit(body, segs, prev_at, bparams[1].size, bparams[1].name)
+        inner = gen.source(
             bname, f"one repetition of the loop over slots {seg.start}..{seg.stop - 1}"
         )
         self.inner_texts.append(inner.text)
@@ -1044,6 +1050,41 @@ class _Gen:
                     f"{v}[{self.row(sid, 0, 1)} + {rank[p]}]"
                 )
         return out
+
+    def _zero_exit_lines(self) -> list[str]:
+        """Return early when the body's cotangent is zero: outputs are then the
+        values carried in, 0.0, or values computed before the test."""
+        j, outs, prev = self.zero_exit
+        o, kv = self.oname, self.kname
+        lines = [
+            f"    if {self.line_names[j]} == 0.0:  # nothing flows back through this repetition:",
+            "        # its outputs are what it carried in (or 0.0, or computed above)",
+        ]
+        i = 0
+        while i < len(outs):
+            end = i + 1
+            while (
+                end < len(outs)
+                and outs[i][1] >= 0
+                and outs[end] == (outs[i][0] + end - i, outs[i][1] + end - i)
+            ):
+                end += 1
+            k, src = outs[i]
+            if end - i >= MIN_REPS:
+                lines.append(f"        for {kv} in range({end - i}):")
+                lines.append(
+                    f"            {o}[{_affine(k, 1, kv)}] = {prev}[{_affine(src, 1, kv)}]"
+                )
+            else:
+                for k, src in outs[i:end]:
+                    if src >= 0:
+                        value = f"{prev}[{src}]"
+                    else:
+                        value = "0.0" if src == -1 else self.line_names[-2 - src]
+                    lines.append(f"        {o}[{k}] = {value}")
+            i = end
+        lines.append("        return True")
+        return lines
 
     def _varies(self, d: tuple) -> bool:
         """Whether an outside read changes from one repetition to the next."""
@@ -1107,6 +1148,8 @@ class _Gen:
                 args = [self.expr(d) for d in line_descs[j]]
                 lines.append(f"    {self.line_names[j]} = {_strip(node.op.code.format(*args))}")
                 self.statements += 1
+                if self.zero_exit is not None and j == self.zero_exit[0]:
+                    lines.extend(self._zero_exit_lines())
             for g, (a, b) in zip(t.guards_at.get(j, ()), guard_descs.get(j, ())):
                 lines.extend(self.guard_lines(g, self.expr(a), self.expr(b), "    "))
         lines.extend(self._outputs(out_descs))
@@ -1233,6 +1276,71 @@ class _Gen:
                 lines.append(f"    {o}[{k}] = {self.expr(descs[k])}")
                 k += 1
         return lines
+
+
+_LINEAR = {"mul": "either", "div": "first", "neg": "first"}
+
+
+def _zero_exit(
+    body: Tape, segs: Sequence[Segment], prev_at: int, width: int, prev: str, tries: int = 8
+) -> tuple[int, list[tuple[int, int]], str] | None:
+    """A slot whose value 0 leaves every output of ``body`` equal to a value carried
+    in (an input ``prev[i]``, as i), to 0.0 (as -1) or to a slot computed before it
+    (slot j as -2 - j): the cotangent an adjoint body scales.
+
+    Products, quotients and negations of zero are zero, and ``c + 0`` is ``c``
+    (nan and inf times zero aside: as in a hand-written backward pass that
+    skips an example whose cotangent is zero). Only the first few computed
+    slots outside loops are tried; None when none of them qualifies.
+    """
+    nodes = body.nodes
+    if body.guards:
+        return None
+    inside = np.zeros(len(nodes) + 1, bool)
+    for s in segs:
+        inside[s.start : s.stop] = True
+    cands = [
+        j
+        for j, nd in enumerate(nodes)
+        if nd.op not in (INPUT, CONST) and not inside[j] and getattr(nd.op, "name", "") in _LINEAR
+    ][:tries]
+    n = len(nodes)
+    for s in cands:
+        zero = np.zeros(n, bool)
+        carried = np.full(n, -1, np.int64)
+        for j, nd in enumerate(nodes):
+            if nd.op == CONST:
+                zero[j] = nd.value == 0.0
+            elif nd.op == INPUT and prev_at <= j < prev_at + width:
+                carried[j] = j - prev_at
+        zero[s] = True
+        for j in range(s + 1, n):
+            nd = nodes[j]
+            name = getattr(nd.op, "name", "")
+            a = nd.args
+            if name == "mul":
+                zero[j] = zero[a[0]] or zero[a[1]]
+            elif name in ("div", "neg"):
+                zero[j] = zero[a[0]]
+            elif name == "add":
+                zero[j] = zero[a[0]] and zero[a[1]]
+                carried[j] = carried[a[0]] if zero[a[1]] else carried[a[1]] if zero[a[0]] else -1
+            elif name == "sub":
+                zero[j] = zero[a[0]] and zero[a[1]]
+                carried[j] = carried[a[0]] if zero[a[1]] else -1
+        outs = []
+        for k, o in enumerate(body.outputs):
+            if zero[o]:
+                outs.append((k, -1))
+            elif carried[o] >= 0:
+                outs.append((k, int(carried[o])))
+            elif o < s and nodes[o].op not in (INPUT, CONST) and not inside[o]:
+                outs.append((k, -2 - o))  # computed before the test: its local
+            else:
+                break
+        else:
+            return s, outs, prev
+    return None
 
 
 def generate(

@@ -710,3 +710,22 @@ def test_hoisting_constants_keeps_the_values():
     assert len(set(values)) == len(values)  # ... once per value
     for pt in ([0.3, -0.7], [-1.2, 0.4]):
         np.testing.assert_allclose(interpret.evaluate(hoisted, pt), interpret.evaluate(tape, pt))
+
+
+def test_an_example_whose_cotangent_is_zero_is_skipped_and_adds_nothing():
+    h, n = 8, 24
+    rng = np.random.default_rng(5)
+    p = rng.uniform(-1, 1, 3 * h + h * h + 2 * h + 1)
+    X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    o3 = 3 * h + h * h + h
+    confident = p.copy()  # score 5 for every example: no hinge is active
+    confident[o3 : o3 + h] = 0.0
+    confident[o3 + h] = 5.0
+    vg = ad.value_and_grad(make_mlp_loss(h))
+    for q, yy in ((p, y), (confident, np.ones(n))):
+        loss, g = vg(q, X, yy)
+        ref_loss, ref_g = mlp_numpy(q, X, yy, h)
+        assert loss == pytest.approx(ref_loss, rel=1e-12, abs=1e-300)
+        np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-15)
+    assert "nothing flows back through this repetition" in vg.source
+    np.testing.assert_allclose(g, 2e-4 * confident, rtol=1e-12)  # only the L2 term is left
