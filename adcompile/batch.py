@@ -34,9 +34,9 @@ from .tape import Tape
 
 #: The lengths the function is traced at (three, to check that a literal is
 #: affine rather than assume it).
-SIZES = (5, 6, 8)
+SIZES = (4, 5, 6)
 #: ... and, when those do not agree, at these too, one by one.
-MORE_SIZES = (9, 10, 12)
+MORE_SIZES = (8, 9, 10)
 #: Batches shorter than this are traced as they are.
 MIN_LENGTH = 16
 
