@@ -333,7 +333,13 @@ class Transformed:
         return [0] if self.leaves is not None else self._wrt(nargs)
 
     def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
-        """(spec, out) from code generic in the batch length, or None."""
+        """(spec, out) from code generic in the batch length, or None.
+
+        Only for gradients: their data arguments (those not differentiated) are
+        the batch. ``jit`` has no such split; there a new shape traces again.
+        """
+        if self.mode == "jit":
+            return None
         found = batch.batched(key, self._wrt_args(len(args)))
         if found is None:
             return None

@@ -213,3 +213,15 @@ def test_generalise_refuses_what_is_not_affine():
     assert batch.generalise([f"x = {k * k}\n" for k in ks], ks) is None
     assert batch.generalise(["x = 1\n", "x = 1\ny = 2\n", "x = 1\n"], ks) is None
     assert batch.generalise([f"x = {float(k * k)}\n" for k in ks], ks) is None
+
+
+def test_jit_traces_each_new_shape_as_the_contract_says():
+    def mean_log(w, X, y):
+        return logistic(w, X, y)
+
+    f = ad.jit(mean_log)
+    X, y = data(40, seed=9)
+    for n in (40, 30):
+        ref_loss, _ = logistic_numpy(W, X[:n], y[:n])
+        assert f(W, X[:n], y[:n]) == pytest.approx(ref_loss, rel=1e-12)
+    assert f.traces == 2
