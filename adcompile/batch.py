@@ -90,11 +90,12 @@ def _fit(values: Sequence[float], ks: Sequence[int], integer: bool, n: str = "n"
     return None
 
 
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"(?<![A-Za-z_\d])\d+")  # counts, not slot names (v12)
 
 
 def _comment(texts: Sequence[str], ks: Sequence[int], n: str) -> str:
-    """A comment that differs between the lengths, its counts written in n."""
+    """A comment that differs between the lengths, its counts written in n (the
+    last length's comment when more than counts differ: slot names)."""
     parts = [_NUMBER.split(t) for t in texts]
     nums = [_NUMBER.findall(t) for t in texts]
     if len({len(p) for p in parts}) != 1 or any(p != parts[0] for p in parts):
@@ -125,16 +126,17 @@ def generalise(
         strings = [tk.string for tk in group]
         if len({tk.type for tk in group}) != 1:
             return None
-        if len(set(strings)) == 1:
-            continue
         kind = last.type
-        if kind == tokenize.NAME:  # a local named after a slot: a consistent renaming
+        if kind == tokenize.NAME:  # locals named after slots: one consistent renaming
             for i, s in enumerate(strings):
                 if fwd[i].setdefault(last.string, s) != s:
                     return None
                 if back[i].setdefault(s, last.string) != last.string:
                     return None
-        elif kind == tokenize.NUMBER:
+            continue
+        if len(set(strings)) == 1:
+            continue
+        if kind == tokenize.NUMBER:
             integer = all(re.fullmatch(r"\d+", s) for s in strings)
             vals = [int(s) if integer else float(s) for s in strings]
             e = _fit(vals, ks, integer, n)
@@ -148,7 +150,8 @@ def generalise(
             return None
     lines = texts[-1].splitlines(keepends=True)
     for (r0, c0), (r1, c1), new in sorted(edits, reverse=True):
-        assert r0 == r1
+        if r0 != r1:  # a string over several lines: not what the generator writes
+            return None
         line = lines[r0 - 1]
         lines[r0 - 1] = line[:c0] + new + line[c1:]
     return "".join(lines), rows

@@ -225,3 +225,10 @@ def test_jit_traces_each_new_shape_as_the_contract_says():
         ref_loss, _ = logistic_numpy(W, X[:n], y[:n])
         assert f(W, X[:n], y[:n]) == pytest.approx(ref_loss, rel=1e-12)
     assert f.traces == 2
+
+
+def test_generalise_refuses_a_renaming_that_is_not_one_to_one():
+    ks = (5, 6, 8)
+    # v2 of the last text is v1 once and v2 once in the first: not a renaming
+    texts = ["x = v1 + v2\ny = v2\n", "x = v2 + v2\ny = v2\n", "x = v2 + v2\ny = v2\n"]
+    assert batch.generalise(texts, ks) is None
