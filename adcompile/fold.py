@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,19 @@ class FoldedCode:
     statements: int = 0  # primitive statements printed (loop bodies once)
     functions: list[str] = field(default_factory=list)  # outlined bodies it calls
     outlined: list[Segment] = field(default_factory=list)  # segments whose body is one
+
+
+def _namer(taken: set[str]) -> Callable[[str], str]:
+    """``fresh(base)``: ``base``, or ``base_1``, ``base_2`` ... whichever is not taken yet."""
+
+    def fresh(base: str) -> str:
+        name, k = base, 1
+        while name in taken:
+            name, k = f"{base}_{k}", k + 1
+        taken.add(name)
+        return name
+
+    return fresh
 
 
 def _affine_in(xs: Sequence[int]) -> bool:
@@ -405,15 +418,7 @@ class _Gen:
 
     def names(self) -> None:
         tape = self.tape
-        taken = {p.name for p in self.params} | {"math"}
-
-        def fresh(base: str) -> str:
-            name, k = base, 1
-            while name in taken:
-                name, k = f"{base}_{k}", k + 1
-            taken.add(name)
-            return name
-
+        fresh = _namer({p.name for p in self.params} | {"math"})
         self.vname, self.cname = fresh("v"), fresh("c")
         self.rname, self.kname, self.oname = fresh("r"), fresh("k"), fresh("out")
         self.line_names = {
@@ -619,15 +624,7 @@ class _Gen:
         varying = sorted((d for d in misc if self._varies(d)), key=self._ext_key)
         ext = {d: i for i, d in enumerate(fixed + varying)}
         # the body as a tape of its own; its inputs are its arguments' elements, in order
-        taken = {p.name for p in self.params}
-
-        def fresh(base: str) -> str:
-            name, j = base, 1
-            while name in taken:
-                name, j = f"{base}_{j}", j + 1
-            taken.add(name)
-            return name
-
+        fresh = _namer({p.name for p in self.params})
         nodes: list[Node] = []
         names: list[str] = []
         bparams: list[Param] = []
