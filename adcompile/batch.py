@@ -187,19 +187,12 @@ class BatchCompiled:
         explanation: str,
         tape: Tape,
     ) -> None:
-        from .jit import compile_now, load_source, njit  # the Numba side, on use
+        from .jit import compile_folded_source  # the Numba side, imported on use
 
         self.source = source
         self.explanation = explanation
         self.tape = tape  # the adjoint tape at the largest traced length
-        mod = load_source(source, fname)
-        for name in functions:
-            fn = getattr(mod, name)
-            if not hasattr(fn, "py_func"):
-                setattr(mod, name, njit(fn, inline=True))
-        types = ["float64" if p.size is None else "float64[::1]" for p in params]
-        sig = f"boolean(int64, {', '.join(types + ['float64[::1]'] * 3)})"
-        self._fn = compile_now(getattr(mod, fname), sig)
+        self._fn = compile_folded_source(source, fname, functions, params, "int64")
         self._work = work
         self._columns = columns
         self.n_out = n_out

@@ -1253,7 +1253,7 @@ class FoldedFunction:
         doc: str = "",
         segments: Sequence[Segment] | Plan | None = None,
     ) -> None:
-        from .jit import compile_now, load_source, njit  # the Numba side, on use
+        from .jit import compile_folded_source  # the Numba side, imported on use
 
         self.tape = tape
         self.params = list(params)
@@ -1287,14 +1287,7 @@ class FoldedFunction:
         header = "".join(f"# {ln}\n" for ln in _wrap(self.explanation, 76))
         self.source = module_source([header + code.text])
         lap("generate")
-        arr = "float64[::1]"
-        types = ["float64" if p.size is None else arr for p in params] + [arr, arr, arr]
-        mod = load_source(self.source, fname)
-        for name in code.functions:  # outlined bodies: Numba functions the loops call
-            fn = getattr(mod, name)
-            if not hasattr(fn, "py_func"):
-                setattr(mod, name, njit(fn, inline=True))
-        self._fn = compile_now(getattr(mod, fname), f"boolean({', '.join(types)})")
+        self._fn = compile_folded_source(self.source, fname, code.functions, params)
         lap("compile")
         self._work = code.work_size
         self._local = threading.local()

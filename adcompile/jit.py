@@ -146,6 +146,25 @@ def compile_now(fn: Callable, signature: Any) -> Callable:
         return dispatcher
 
 
+def compile_folded_source(
+    source: str, fname: str, functions: Sequence[str], params: Sequence[Param], lead: str = ""
+) -> Callable:
+    """Compile ``fname`` of folded ``source``: ``fname(lead?, *params, v, c, out) -> bool``.
+
+    ``functions`` are the outlined loop bodies it calls; Numba inlines them.
+    ``lead`` is the type of an argument before the parameters (``"int64"``
+    for the batch length of batch-generic code), or empty.
+    """
+    mod = load_source(source, fname)
+    for name in functions:
+        fn = getattr(mod, name)
+        if not hasattr(fn, "py_func"):  # not yet a Numba function (a reloaded module)
+            setattr(mod, name, njit(fn, inline=True))
+    arr = "float64[::1]"
+    types = ([lead] if lead else []) + ["float64" if p.size is None else arr for p in params]
+    return compile_now(getattr(mod, fname), f"boolean({', '.join(types + [arr] * 3)})")
+
+
 def clear_cache() -> int:
     """Delete every file in the cache directory; how many were deleted."""
     n = 0
