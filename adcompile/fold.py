@@ -991,7 +991,8 @@ class _Gen:
         return lines
 
 
-_LINEAR = {"mul": "either", "div": "first", "neg": "first"}
+#: ops that are zero when an operand is: where a cotangent can enter an adjoint body
+_LINEAR = frozenset({"mul", "div", "neg"})
 
 
 def _zero_exit(
@@ -1018,14 +1019,15 @@ def _zero_exit(
         if nd.op not in (INPUT, CONST) and not inside[j] and getattr(nd.op, "name", "") in _LINEAR
     ][:tries]
     n = len(nodes)
+    zero0 = np.zeros(n, bool)  # what holds whatever the candidate: constants 0.0 ...
+    carried0 = np.full(n, -1, np.int64)  # ... and the values carried in
+    for j, nd in enumerate(nodes):
+        if nd.op == CONST:
+            zero0[j] = nd.value == 0.0
+        elif nd.op == INPUT and prev_at <= j < prev_at + width:
+            carried0[j] = j - prev_at
     for s in cands:
-        zero = np.zeros(n, bool)
-        carried = np.full(n, -1, np.int64)
-        for j, nd in enumerate(nodes):
-            if nd.op == CONST:
-                zero[j] = nd.value == 0.0
-            elif nd.op == INPUT and prev_at <= j < prev_at + width:
-                carried[j] = j - prev_at
+        zero, carried = zero0.copy(), carried0.copy()
         zero[s] = True
         for j in range(s + 1, n):
             nd = nodes[j]
