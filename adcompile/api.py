@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
+import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from . import batch
+from . import batch, captures
 from .codegen import Param
 from .interpret import first_nonfinite
 from .reverse import grad_tape
@@ -80,8 +81,14 @@ class _TracedArgs(Exception):
     """Raised by _flatten when an argument is a Value (an outer trace, or eager use)."""
 
 
-def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
-    """Each argument as a float or a flat float64 array, and the call's structure key."""
+def _flatten(
+    fname: str, args: Sequence[Any], hidden: Sequence[captures.Hidden] = (), skip: int = 0
+) -> tuple[list[Any], tuple]:
+    """Each argument as a float or a flat float64 array, and the call's structure key.
+
+    The last ``len(hidden)`` arguments are values ``f`` reads from outside its
+    arguments (``adcompile.captures``); errors name them as such.
+    """
     flat: list[Any] = []
     key: list[Any] = []
     for k, a in enumerate(args):
@@ -92,7 +99,7 @@ def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
         elif t is np.ndarray and (a.dtype is _F64 or a.dtype == _F64):
             flat.append(a if a.ndim == 1 else a.ravel())
             key.append(a.shape)
-        elif isinstance(a, Value) or t is np.ndarray and a.dtype == object:
+        elif isinstance(a, Value) or isinstance(a, np.ndarray) and a.dtype == object:
             raise _TracedArgs
         elif isinstance(a, numbers.Real) and not isinstance(a, bool):
             flat.append(float(a))
@@ -101,18 +108,29 @@ def _flatten(fname: str, args: Sequence[Any]) -> tuple[list[Any], tuple]:
             arr = np.asarray(a)
             if arr.dtype.kind not in "fiu":
                 raise TypeError(
-                    f"argument {k} of {fname}() is an array of {arr.dtype}; pass numbers "
-                    "(a float or a NumPy float array)"
+                    f"{_which(fname, args, hidden, k, skip)} is an array of {arr.dtype}; pass "
+                    "numbers (a float or a NumPy float array)"
                 )
             arr = np.ascontiguousarray(arr, dtype=np.float64)
             flat.append(arr.ravel())
             key.append(arr.shape)
         else:
             raise TypeError(
-                f"argument {k} of {fname}() has unsupported type {t.__name__!r}; "
+                f"{_which(fname, args, hidden, k, skip)} has unsupported type {t.__name__!r}; "
                 "pass a Python number or a NumPy array of floats"
             )
     return flat, tuple(key)
+
+
+def _which(
+    fname: str, args: Sequence[Any], hidden: Sequence[captures.Hidden], k: int, skip: int
+) -> str:
+    """How an error names argument ``k``: by position (not counting ``skip`` values
+    passed before the user's arguments), or as what ``f`` reads."""
+    j = k - (len(args) - len(hidden))
+    if j >= 0:
+        return f"{hidden[j].what}, which {fname}() reads from outside its arguments,"
+    return f"argument {k - skip} of {fname}()"
 
 
 def _traced_inputs(
@@ -165,15 +183,21 @@ def _scalar_output(fname: str, out: Any) -> Value:
     )
 
 
-def trace_call(f: Callable, args: Sequence[Any], leaves: Sequence[Value] = ()) -> Tape:
+def trace_call(
+    f: Callable,
+    args: Sequence[Any],
+    leaves: Sequence[Value] = (),
+    names: Sequence[str] | None = None,
+) -> Tape:
     """Call ``f`` once on tracing Values standing for ``args``; its tape.
 
     ``leaves`` are existing Values (a model's parameters) that ``f`` reads; they
-    become the tape's first inputs.
+    become the tape's first inputs. ``names`` name the arguments (default: the
+    parameters of ``f``).
     """
     fname = _fname(f)
     _flatten(fname, args)  # the same argument checks as a compiled call
-    names = _param_names(f, len(args))
+    names = _param_names(f, len(args)) if names is None else list(names)
     traced, inputs, input_names = _traced_inputs(args, names)
     with tracing() as state:
         out = f(*traced)
@@ -266,6 +290,7 @@ class Transformed:
     ) -> None:
         if not callable(fun):
             raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
+        _check_argnums(argnums, mode)
         self.fun = fun
         self.mode = mode  # "grad", "value_and_grad" or "jit"
         self.argnums = argnums
@@ -280,11 +305,21 @@ class Transformed:
         self._lock = threading.Lock()
         # code generic in the batch length, per argument structure (None: not possible)
         self._batches: dict[tuple, Any] = {}
+        # what fun reads from outside its arguments (found on the first call)
+        self._caps: captures.Captures | None = None
+        # calls with keyword arguments: one transform per keyword signature (_keywords)
+        self._variants: dict[tuple, Transformed] = {}
+        self._namefun = fun  # whose parameters name the positional arguments
+        self._kwnames: tuple[str, ...] = ()  # keyword arguments passed after them
+        self._skip = 1 if leaves is not None else 0  # arguments before the user's
         functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
+        """The differentiated arguments, of ``nargs`` (the hidden inputs included)."""
         if self.mode == "jit":
             return []
+        nargs -= len(self._caps.hidden) if self._caps is not None else 0
+        nargs -= len(self._kwnames)
         nums = list(self.argnums) if self._many else [self.argnums]
         for k in nums:
             if not isinstance(k, int) or not -nargs <= k < nargs:
@@ -294,9 +329,30 @@ class Transformed:
                 )
         return [k % nargs for k in nums]
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            return self._keywords(args, kwargs)
+        caps = self._caps
+        if caps is None:
+            caps = self._scan()
+        if caps.watched:
+            self._check_watched(caps)
+        if caps.hidden:
+            try:
+                return self._call(*args, *caps.values())
+            except captures.SwapFailed:  # f cannot run on traced values there
+                self._scan(swap=False)
+                try:
+                    return self._call(*args)
+                except Exception:  # f fails on its own: look again next call
+                    self._caps = None
+                    raise
+        return self._call(*args)
+
+    def _call(self, *args: Any) -> Any:
+        """The call, with the hidden inputs' values after the arguments."""
         try:
-            flat, key = _flatten(self._name, args)
+            flat, key = _flatten(self._name, args, self._caps.hidden, self._skip)
         except _TracedArgs:
             return self._call_traced(args)
         for spec in self._specs.get(key, ()):
@@ -312,6 +368,112 @@ class Transformed:
                 spec.call(*flat)
             self._raise_nonfinite(spec, flat)
         return spec.unpack(out)
+
+    # ---- keyword arguments
+
+    def _keywords(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A call with keyword arguments, as JAX: they are not differentiated. Numbers
+        and arrays are inputs of the compiled code; other values (strings, bools,
+        None ...) are part of the specialisation key, so each new one traces again."""
+        dynamic, static = [], []
+        for k in sorted(kwargs):
+            v = kwargs[k]
+            if isinstance(v, (Value, np.ndarray)) or (
+                isinstance(v, numbers.Real) and not isinstance(v, bool)
+            ):
+                dynamic.append(k)
+            else:
+                try:
+                    hash(v)
+                except TypeError:
+                    raise TypeError(
+                        f"keyword argument {k}= of {self._name}() is a "
+                        f"{type(v).__name__}; pass a number or a NumPy array (an input, "
+                        "not differentiated), or a hashable value such as a string or a "
+                        "tuple (each new value traces again)"
+                    ) from None
+                static.append((k, v))
+        signature = (tuple(dynamic), tuple(static))
+        variant = self._variants.get(signature)
+        if variant is None:
+            variant = self._variants[signature] = self._variant(dynamic, dict(static))
+        return variant(*args, *[kwargs[k] for k in dynamic])
+
+    def _variant(self, dynamic: list[str], static: dict[str, Any]) -> Transformed:
+        """This transform of ``fun`` with ``dynamic`` keywords passed after the arguments."""
+        f, n = self.fun, len(dynamic)
+
+        def with_keywords(*args: Any) -> Any:
+            if n:
+                return f(*args[:-n], **dict(zip(dynamic, args[-n:])), **static)
+            return f(*args, **static)
+
+        variant = Transformed(with_keywords, self.argnums, self.mode, self.debug_nans, self.leaves)
+        variant._name, variant._namefun, variant._kwnames = self._name, f, tuple(dynamic)
+        return variant
+
+    # ---- what fun reads from outside its arguments (adcompile.captures)
+
+    def _scan(self, swap: bool = True) -> captures.Captures:
+        exclude = list(self.leaves()) if self.leaves is not None else []
+        self._caps = captures.scan(self.fun, exclude, swap)
+        return self._caps
+
+    def _check_watched(self, caps: captures.Captures) -> None:
+        """Trace again when a value traced as a constant has changed since."""
+        w = caps.changed()
+        if w is None:
+            return
+        data = isinstance(w.copy, (float, np.ndarray)) and np.asarray(w.copy).dtype.kind == "f"
+        with self._lock:
+            self._specs.clear()
+            self._batches.clear()
+            self._last = None
+            caps.snapshot()
+        warnings.warn(
+            f"{self._name}() reads {w.what}, which has changed since it was traced "
+            "with its value compiled in; tracing again. "
+            + (
+                "Pass it as an argument (or keep it in a module global or a variable of "
+                "the enclosing function) to have it read at every call instead"
+                if data
+                else "Such values can steer the Python code (loop counts, branches), so "
+                "each change is traced, as a new shape is"
+            ),
+            RetraceWarning,
+            stacklevel=_user_stacklevel(),
+        )
+
+    def _fun_for_trace(self) -> Callable:
+        """``fun`` taking its arguments and then the hidden inputs (swapped in)."""
+        caps = self._caps
+        if not caps.hidden:
+            return self.fun
+        h = len(caps.hidden)
+
+        def with_hidden(*args: Any) -> Any:
+            bound = caps.bind(args[-h:])
+            try:
+                return bound(*args[:-h])
+            except captures.SwapFailed:
+                raise
+            except Exception as e:
+                raise captures.SwapFailed() from e
+
+        with_hidden.__name__ = self._name
+        return with_hidden
+
+    def _visible(self, args: Sequence[Any]) -> Sequence[Any]:
+        """``args`` without the hidden inputs' values."""
+        h = len(self._caps.hidden)
+        return args[: len(args) - h] if h else args
+
+    def _trace(self, args: Sequence[Any]) -> Tape:
+        """The tape of ``fun`` at ``args`` (the hidden inputs' values after them)."""
+        names = self._names(len(args))
+        if self.leaves is not None:  # argument 0 holds the leaves' values
+            return trace_call(self._fun_for_trace(), args[1:], list(self.leaves()), names[1:])
+        return trace_call(self._fun_for_trace(), args, names=names)
 
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
@@ -329,7 +491,7 @@ class Transformed:
     # ---- batch-generic code (adcompile.batch)
 
     def _wrt_args(self, nargs: int) -> list[int]:
-        """The differentiated arguments (the leaves' values are argument 0)."""
+        """The differentiated arguments (the leaves' values are argument 0), of ``nargs``."""
         return [0] if self.leaves is not None else self._wrt(nargs)
 
     def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
@@ -370,10 +532,7 @@ class Transformed:
             sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
             skey = tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
             with gc_paused():
-                if self.leaves is not None:
-                    tape = trace_call(self.fun, sliced[1:], list(self.leaves()))
-                else:
-                    tape = trace_call(self.fun, sliced)
+                tape = self._trace(sliced)
                 _, positions = self._layout(skey)
                 if self.mode != "jit":
                     tape = grad_tape(tape, wrt=positions)
@@ -383,12 +542,15 @@ class Transformed:
         self.traces += 1
         try:
             return batch.compile_batch(trace_at, fname, what)
+        except captures.SwapFailed:
+            raise
         except Exception:  # f fails on a short batch (it reads row 9 ...): trace it whole
             return None
 
     def _same_value(self, args: Sequence[Any], value: float) -> bool:
         """Whether ``f`` run on plain numbers agrees with the generic code's value
         (True when it cannot run on numbers)."""
+        args = self._visible(args)
         try:
             with no_grad():
                 if self.leaves is not None:
@@ -405,9 +567,18 @@ class Transformed:
         )
 
     def _names(self, nargs: int) -> list[str]:
+        """The parameters' names in generated code (the hidden inputs' last)."""
+        hidden = [h.name for h in self._caps.hidden] if self._caps is not None else []
+        nargs -= len(hidden) + len(self._kwnames)
         if self.leaves is not None:
-            return ["params", *_unique_params(self.fun, nargs - 1)]
-        return _unique_params(self.fun, nargs)
+            names = ["params", *_unique_params(self._namefun, nargs - 1)]
+        else:
+            names = _unique_params(self._namefun, nargs)
+        for name in (*self._kwnames, *hidden):
+            while name in names or name in _RESERVED:
+                name += "_"
+            names.append(name)
+        return names
 
     @staticmethod
     def _params(names: list[str], key: tuple) -> list[Param]:
@@ -460,10 +631,7 @@ class Transformed:
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         with gc_paused():  # tracing builds a large acyclic graph
-            if self.leaves is not None:  # argument 0 holds the leaves' values
-                tape = trace_call(self.fun, args[1:], list(self.leaves()))
-            else:
-                tape = trace_call(self.fun, args)
+            tape = self._trace(args)
         self.traces += 1
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
             self._warned = True
@@ -473,7 +641,7 @@ class Transformed:
                 "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
                 "instead of if",
                 RetraceWarning,
-                stacklevel=3,
+                stacklevel=_user_stacklevel(),
             )
         layout, positions = self._layout(key)
         params = self._params(self._names(len(args)), key)
@@ -500,7 +668,7 @@ class Transformed:
         ]
         _, key = _flatten(self._name, point)
         wrt = self._wrt(len(args))
-        tape = trace_call(self.fun, point)
+        tape = trace_call(self._fun_for_trace(), point, names=self._names(len(point)))
         sizes = [1 if s is None else int(np.prod(s)) for s in key]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         positions = [p for k in wrt for p in range(offsets[k], offsets[k + 1])]
@@ -543,17 +711,43 @@ class Transformed:
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""
-        flat, key = _flatten(self._name, args)
+        caps = self._caps if self._caps is not None else self._scan()
+        args = (*args, *caps.values())
+        flat, key = _flatten(self._name, args, caps.hidden)
         for spec in self._specs.get(key, ()):
             if spec.call(*flat)[0]:
                 return spec.compiled.source
         return self._miss(key, args, flat)[0].compiled.source
 
 
+_RESERVED = frozenset({"out", "math", "params"})
+
+
+def _check_argnums(argnums: Any, mode: str) -> None:
+    if mode == "jit":
+        return
+    ok = (isinstance(argnums, int) and not isinstance(argnums, bool)) or (
+        isinstance(argnums, (tuple, list))
+        and all(isinstance(k, int) and not isinstance(k, bool) for k in argnums)
+    )
+    if not ok:
+        raise TypeError(
+            f"argnums must be an int or a tuple of ints (positions of the arguments to "
+            f"differentiate), got {argnums!r}"
+        )
+
+
 def _unique_params(f: Callable, n: int) -> list[str]:
     names = _param_names(f, n)
-    reserved = {"out", "math", "params"}
-    return [nm if nm not in reserved else f"{nm}_" for nm in names]
+    return [nm if nm not in _RESERVED else f"{nm}_" for nm in names]
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of a warning that points at the first frame outside adcompile."""
+    f, level = sys._getframe(1), 1
+    while f is not None and f.f_globals.get("__name__", "").startswith("adcompile"):
+        f, level = f.f_back, level + 1
+    return level
 
 
 def grad(

@@ -1,0 +1,76 @@
+"""Calls of transformed functions: keyword arguments, and the messages of bad calls.
+
+(Issue 21, item 2: each message is checked for its words, not merely raised.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import adcompile as ad
+
+
+def test_keyword_arguments_are_inputs_not_differentiated():
+    def f(x, k=2.0):
+        return x * x * k
+
+    g = ad.grad(f)
+    assert g(1.5, k=3.0) == pytest.approx(2 * 1.5 * 3.0)
+    assert g(1.5, k=5.0) == pytest.approx(2 * 1.5 * 5.0)  # a number: no new trace
+    assert g(1.5) == pytest.approx(2 * 1.5 * 2.0)
+    vg = ad.value_and_grad(f)
+    assert vg(2.0, k=0.5) == pytest.approx((2.0, 2.0))
+    assert [v.traces for v in vg._variants.values()] == [1]
+
+
+def test_keyword_array_and_static_keyword():
+    def f(w, X=None, mode="l2"):
+        r = X @ w
+        return np.sum(r * r) if mode == "l2" else np.sum(np.abs(r))
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3))
+    w = rng.normal(size=3)
+    g = ad.grad(f)
+    np.testing.assert_allclose(g(w, X=X), 2 * X.T @ (X @ w), rtol=1e-12)
+    np.testing.assert_allclose(g(w, X=X, mode="l1"), X.T @ np.sign(X @ w), rtol=1e-12)
+    X2 = rng.normal(size=(6, 3))
+    np.testing.assert_allclose(g(w, X=X2), 2 * X2.T @ (X2 @ w), rtol=1e-12)
+
+
+def test_unhashable_keyword_is_refused_with_the_way_out():
+    g = ad.grad(lambda x, opts=None: x * 2.0)
+    with pytest.raises(TypeError, match=r"keyword argument opts= of .* is a dict; pass a number"):
+        g(1.0, opts={"a": 1})
+
+
+@pytest.mark.parametrize("argnums", ["x", 1.5, (0, "y"), True])
+def test_argnums_of_the_wrong_type(argnums):
+    with pytest.raises(TypeError, match="argnums must be an int or a tuple of ints"):
+        ad.grad(lambda x, y: x * y, argnums=argnums)
+
+
+def test_argnums_out_of_range_names_the_call():
+    with pytest.raises(ValueError, match=r"argnums=3 does not fit f\(\) called with 2"):
+
+        def f(x, y):
+            return x * y
+
+        ad.grad(f, argnums=3)(1.0, 2.0)
+
+
+def test_compile_loss_step_names_the_users_argument():
+    model = ad.nn.MLP(2, [1])
+    step = ad.compile_loss(lambda X: model(list(X[0])) ** 2, model.parameters())
+    with pytest.raises(TypeError, match=r"argument 0 of lambda\(\) has unsupported type 'str'"):
+        step("abc")
+
+
+def test_retrace_warning_points_at_the_users_call(monkeypatch):
+    monkeypatch.setattr(ad.api, "MAX_SPECIALISATIONS", 2)
+    g = ad.grad(lambda x: np.sum(x * x))
+    with pytest.warns(ad.RetraceWarning, match="has been traced 3 times") as record:
+        for n in range(1, 5):
+            g(np.ones(n))
+    assert record[0].filename == __file__
