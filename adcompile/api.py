@@ -502,14 +502,16 @@ class Transformed:
         """
         if self.mode == "jit":
             return None
-        found = batch.batched(key, self._wrt_args(len(args)))
+        found = batch.batched(key, self._wrt_args(len(args)), min_length=1)
         if found is None:
             return None
         n, which = found
         gkey = tuple((-1, *s[1:]) if k in which else s for k, s in enumerate(key))
         gen = self._batches.get(gkey)
+        if gen is not None and n < gen.lengths[0]:
+            return None  # shorter than any length it was traced at
         if gen is None:
-            if gkey in self._batches:  # tried: not one program
+            if gkey in self._batches or n < batch.MIN_LENGTH:  # tried: not one program
                 return None
             gen = self._batches[gkey] = self._compile_batch(key, args, which)
             if gen is None:

@@ -41,8 +41,10 @@ MORE_SIZES = (8, 9, 10)
 MIN_LENGTH = 16
 
 
-def batched(shapes: Sequence[tuple | None], wrt: Sequence[int]) -> tuple[int, list[int]] | None:
-    """(n, the arguments whose leading length is n), or None.
+def batched(
+    shapes: Sequence[tuple | None], wrt: Sequence[int], min_length: int = MIN_LENGTH
+) -> tuple[int, list[int]] | None:
+    """(n, the arguments whose leading length is n), or None (also when n < ``min_length``).
 
     The batched arguments are the arrays that are not differentiated whose
     first dimension is n, the leading length most of them share (the first
@@ -53,7 +55,7 @@ def batched(shapes: Sequence[tuple | None], wrt: Sequence[int]) -> tuple[int, li
         return None
     lengths = [shapes[k][0] for k in data]
     n = max(lengths, key=lengths.count)  # the most common; the first of those
-    if n < MIN_LENGTH:
+    if n < min_length:
         return None
     return n, [k for k in data if shapes[k][0] == n]
 
@@ -186,9 +188,11 @@ class BatchCompiled:
         n_out: int,
         explanation: str,
         tape: Tape,
+        lengths: tuple[int, ...],
     ) -> None:
         from .jit import compile_folded_source  # the Numba side, imported on use
 
+        self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
         self.source = source
         self.explanation = explanation
         self.tape = tape  # the adjoint tape at the largest traced length
@@ -296,4 +300,5 @@ def compile_batch(
         last.n_out,
         explanation,
         tape,
+        ks,
     )

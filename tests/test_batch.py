@@ -136,6 +136,27 @@ def test_short_batches_trace_as_they_are():
     assert vg.traces == 2  # below batch.MIN_LENGTH: a new length traces again
 
 
+def test_short_last_batch_runs_the_generic_code():
+    """Once generic code exists, every length down to the smallest traced one uses it
+    (a short last batch), and shorter ones trace as they are."""
+    vg = ad.value_and_grad(logistic)
+    X, y = data(100, seed=3)
+    vg(W, X[:64], y[:64])
+    (gen,) = vg._batches.values()
+    smallest = gen.lengths[0]
+    assert smallest < batch.MIN_LENGTH
+    for n in (smallest, 15, smallest + 1, 37):
+        loss, g = vg(W, X[:n], y[:n])
+        ref_loss, ref_g = logistic_numpy(W, X[:n], y[:n])
+        assert loss == pytest.approx(ref_loss, rel=1e-12)
+        np.testing.assert_allclose(g, ref_g, rtol=1e-11, atol=1e-15)
+    assert vg.traces == 1
+    n = smallest - 1  # below every traced length: its own trace
+    loss, g = vg(W, X[:n], y[:n])
+    np.testing.assert_allclose(g, logistic_numpy(W, X[:n], y[:n])[1], rtol=1e-11)
+    assert vg.traces == 2
+
+
 def test_compile_loss_serves_every_batch_length():
     rnd = random.Random(7)
     w = [[ad.Value(rnd.uniform(-1, 1)) for _ in range(3)] for _ in range(4)]
