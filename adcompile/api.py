@@ -12,8 +12,11 @@ from __future__ import annotations
 import functools
 import inspect
 import numbers
+import os
+import re
 import sys
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -39,6 +42,62 @@ from .value import (
 
 #: How many specialisations (branch paths) one function keeps per argument shape.
 MAX_SPECIALISATIONS = 16
+#: A trace and compile still running after this many seconds says so on stderr
+#: (``ADCOMPILE_QUIET=1`` silences it).
+ANNOUNCE_AFTER = 1.0
+
+
+class _Announce:
+    """Says on stderr that a trace and compile is running, once it has taken
+    ``ANNOUNCE_AFTER`` seconds, and then what it made and how long it took."""
+
+    def __init__(self, fname: str) -> None:
+        self.fname = fname
+        self.fired = threading.Event()
+        self.what = ""
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self) -> _Announce:
+        if os.environ.get("ADCOMPILE_QUIET", "") not in ("", "0"):
+            return self
+        self.start = time.perf_counter()
+        self.timer = threading.Timer(ANNOUNCE_AFTER, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+        return self
+
+    def _fire(self) -> None:
+        self.fired.set()
+        print(
+            f"adcompile: tracing and compiling {self.fname} (first call with these shapes; "
+            "ADCOMPILE_QUIET=1 silences this) ...",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def done(self, explanation: str) -> None:
+        """What was compiled, in short, from its code's explanation."""
+        folded = re.search(r"the source has ([\d,]+) statements instead of ([\d,]+)", explanation)
+        what = (
+            f"folded into loops: {folded[1]} statements for {folded[2]} operations"
+            if folded
+            else explanation.split(":")[0].split(". ")[0].rstrip(".")
+        )
+        if explanation.startswith("Generic in the batch length"):
+            what = "one program for every batch length, " + what
+        self.what = what
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.timer is None:
+            return
+        self.timer.cancel()
+        if self.fired.is_set() and exc[0] is None:
+            seconds = time.perf_counter() - self.start
+            print(
+                f"adcompile: compiled {self.fname} in {seconds:.1f} s ({self.what})",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 class RetraceWarning(UserWarning):
@@ -478,11 +537,13 @@ class Transformed:
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
         one (or can be), else trace ``f`` again and compile."""
-        with self._lock:
+        with self._lock, _Announce(self._fname_doc()[0]) as announce:
             found = self._batch_call(key, args, flat)
             if found is not None:
+                announce.done(found[0].compiled.explanation)
                 return found
             spec = self._specialise(key, args)
+            announce.done(spec.compiled.explanation)
         ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -74,3 +76,29 @@ def test_retrace_warning_points_at_the_users_call(monkeypatch):
         for n in range(1, 5):
             g(np.ones(n))
     assert record[0].filename == __file__
+
+
+def _slow_square(x):
+    time.sleep(0.3)  # (runs while tracing: a compile that takes a while)
+    return x * x
+
+
+def test_a_long_compile_says_so_on_stderr(monkeypatch, capsys):
+    monkeypatch.setattr(ad.api, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.delenv("ADCOMPILE_QUIET", raising=False)
+    g = ad.grad(_slow_square)
+    assert g(3.0) == 6.0
+    err = capsys.readouterr().err
+    assert "adcompile: tracing and compiling slow_square_value_and_grad" in err
+    assert "ADCOMPILE_QUIET=1 silences this" in err
+    assert "adcompile: compiled slow_square_value_and_grad in" in err
+    assert "(Straight-line code)" in err
+    assert g(4.0) == 8.0  # compiled already: nothing more to say
+    assert capsys.readouterr().err == ""
+
+
+def test_adcompile_quiet_silences_the_compile_message(monkeypatch, capsys):
+    monkeypatch.setattr(ad.api, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.setenv("ADCOMPILE_QUIET", "1")
+    assert ad.grad(_slow_square)(3.0) == 6.0
+    assert capsys.readouterr().err == ""
