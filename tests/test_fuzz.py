@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import fold, interpret
+from adcompile import fold, interpret, loopir
 from adcompile.codegen import Param, module_source
 from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
@@ -143,6 +143,12 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
     assert ok
     np.testing.assert_allclose(out, [val, *grads], rtol=1e-12, atol=1e-13)
+    # the loop IR of the same folding, run by its interpreter: the unrolled tape's
+    # numbers exactly, primal and adjoint
+    for t in (tape, gtape):
+        program = loopir.build(t, fold.find_segments(t, params, min_reps=2, min_saved=1), params)
+        ok, got = program.run([x, y, a])
+        assert ok and got == interpret.evaluate(t, point)
     # ... and with every loop body of two or more operations outlined as a function
     # of its own, folded in turn as eagerly
     hoisted = hoist_constants(gtape)

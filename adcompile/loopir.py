@@ -1,0 +1,428 @@
+"""The loop IR: a folded program as data, not text.
+
+A tape records a Python loop unrolled: n copies of the same few primitives.
+A :class:`Program` holds the same computation with each repeated segment
+written once, as a :class:`Loop` whose body is itself a :class:`Tape`, and
+the rest as straight-line :class:`Block` items::
+
+    program rosen(x[100]):
+      L0 = loop i in range(99):              # tape slots 101..694, 6 per repetition
+        b0 = input x[i + 1]
+        b1 = input x[i]
+        b2 = input prev b7 (first: 0.0)
+        ...
+      out L0[98].b7
+
+What a body reads, per repetition ``i``, is one of a few named operand
+types: an argument element or a value of an earlier item at an index
+affine in ``i`` (:class:`Arg`, :class:`At`), a literal (:class:`Lit`), a
+constant that differs per repetition (:class:`Column`), or its own value
+of the previous repetition (:class:`Prev`). Those reads are the body tape's
+inputs, so a body can be interpreted, differentiated or folded again by
+the code that handles any tape.
+
+``build(tape, segments, params)`` makes a program from a tape and the
+segments ``adcompile.segments`` found on it; :meth:`Program.run` runs it
+(the reference the other stages are checked against), and ``str()``
+prints it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .codegen import Param
+from .segments import Segment
+from .tape import CONST, INPUT, Guard, Node, Tape
+
+
+@dataclass(frozen=True)
+class Affine:
+    """``c0 + c1 * i``: an index (or repetition) that may advance with the loop."""
+
+    c0: int
+    c1: int = 0
+
+    def at(self, i: int) -> int:
+        """The value at repetition ``i``."""
+        return self.c0 + self.c1 * i
+
+    def __str__(self) -> str:
+        if not self.c1:
+            return str(self.c0)
+        term = "i" if abs(self.c1) == 1 else f"{abs(self.c1)} * i"
+        if not self.c0:
+            return term if self.c1 > 0 else f"-{term}"
+        if self.c1 < 0:
+            return f"{self.c0} - {term}"
+        return f"{term} {'+' if self.c0 > 0 else '-'} {abs(self.c0)}"
+
+
+# ------------------------------------------------------------------ operands
+
+
+@dataclass(frozen=True)
+class Arg:
+    """Element ``index`` of argument ``param`` (flattened)."""
+
+    param: int
+    index: Affine
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A constant, the same at every repetition."""
+
+    value: float
+
+
+@dataclass(frozen=True)
+class Column:
+    """Constants that differ per repetition: ``values[i]``."""
+
+    values: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class At:
+    """The value at ``index`` of an earlier item: a block's statement, or for a
+    loop, position ``index % size`` of repetition ``index // size``."""
+
+    item: int
+    index: Affine
+
+
+@dataclass(frozen=True)
+class Prev:
+    """A loop body's own value ``slot`` of the previous repetition; the first
+    repetition reads ``init`` instead."""
+
+    slot: int
+    init: Arg | Lit | At
+
+
+Ref = Arg | Lit | At
+Read = Arg | Lit | Column | At | Prev
+
+
+# ------------------------------------------------------------------ items
+
+
+@dataclass
+class Block:
+    """Straight-line statements: ``nodes[k]`` is op ``nodes[k][0]`` of the refs
+    ``nodes[k][1]``; ``slots[k]`` is the tape slot it came from."""
+
+    nodes: list[tuple[object, tuple[Ref, ...]]]
+    slots: list[int]
+
+
+@dataclass
+class Loop:
+    """``body`` run ``trips`` times; its input ``k`` reads ``reads[k]``.
+
+    ``positions[p]`` is the body slot holding position ``p`` of a repetition
+    (``None`` for a constant there, which readers see as a literal); the tape
+    slot of position ``p`` in repetition ``i`` was ``start + i * size + p``.
+    """
+
+    start: int
+    size: int
+    trips: int
+    body: Tape
+    reads: list[Read]
+    positions: list[int | None]
+
+
+Item = Block | Loop
+
+
+@dataclass
+class Program:
+    """A tape's computation as straight-line blocks and loops (see the module doc)."""
+
+    params: list[Param]
+    items: list[Item]
+    outputs: list[Ref]
+    guards: list[tuple[str, Ref, Ref, bool]] = field(default_factory=list)
+    name: str = "f"
+
+    # ---- running (the reference interpreter)
+
+    def run(self, args: Sequence[float | np.ndarray]) -> tuple[bool, list[float]]:
+        """(whether every guard holds, the outputs) for these arguments."""
+        flat = [np.atleast_1d(np.asarray(a, dtype=np.float64)).ravel() for a in args]
+        if len(flat) != len(self.params):
+            raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(flat)}")
+        values: list[np.ndarray] = []
+        ok = True
+
+        def read(r: Read, i: int) -> float:
+            if type(r) is Lit:
+                return r.value
+            if type(r) is Arg:
+                return float(flat[r.param][r.index.at(i)])
+            if type(r) is At:
+                return float(values[r.item][r.index.at(i)])
+            return r.values[i]  # Column
+
+        for item in self.items:
+            if type(item) is Block:
+                out = np.empty(len(item.nodes))
+                values.append(out)  # (a statement reads the block's earlier ones)
+                for k, (op, refs) in enumerate(item.nodes):
+                    out[k] = op.eval(*[read(r, 0) for r in refs])
+                continue
+            out = np.zeros((item.trips, item.size))
+            body = item.body
+            vals = [0.0] * len(body.nodes)
+            for i in range(item.trips):
+                prev = vals[:]
+                for k, r in enumerate(item.reads):
+                    if type(r) is Prev:
+                        v = read(r.init, i) if i == 0 else prev[r.slot]
+                    else:
+                        v = read(r, i)
+                    vals[body.inputs[k]] = v
+                for j, node in enumerate(body.nodes):
+                    if node.op == CONST:
+                        vals[j] = node.value
+                    elif node.op != INPUT:
+                        vals[j] = node.op.eval(*[vals[a] for a in node.args])
+                ok = ok and all(g.holds(vals) for g in body.guards)
+                for p, j in enumerate(item.positions):
+                    if j is not None:
+                        out[i, p] = vals[j]
+            values.append(out.ravel())
+        for cmp, a, b, expected in self.guards:
+            ok = ok and Guard(cmp, 0, 1, expected).holds([read(a, 0), read(b, 0)])
+        return ok, [read(r, 0) for r in self.outputs]
+
+    # ---- printing
+
+    def __str__(self) -> str:
+        params = ", ".join(
+            p.name if p.size is None else f"{p.name}[{p.size}]" for p in self.params
+        )
+        lines = [f"program {self.name}({params}):"]
+        for n, item in enumerate(self.items):
+            if type(item) is Block:
+                for k, (op, refs) in enumerate(item.nodes):
+                    args = ", ".join(self._ref(r) for r in refs)
+                    lines.append(f"  B{n}[{k}] = {op.name}({args})")
+                continue
+            stop = item.start + item.size * item.trips - 1
+            lines.append(
+                f"  L{n} = loop i in range({item.trips}):  # tape slots {item.start}..{stop}, "
+                f"{item.size} per repetition"
+            )
+            body = item.body
+            for k, j in enumerate(body.inputs):
+                lines.append(f"    b{j} = input {self._read(item.reads[k])}")
+            for j, node in enumerate(body.nodes):
+                if isinstance(node.op, str):
+                    continue
+                args = ", ".join(_body_operand(body, a) for a in node.args)
+                lines.append(f"    b{j} = {node.op.name}({args})")
+            for g in body.guards:
+                a, b = _body_operand(body, g.a), _body_operand(body, g.b)
+                lines.append(f"    guard {a} {g.cmp} {b} is {g.expected}")
+        for cmp, a, b, expected in self.guards:
+            lines.append(f"  guard {self._ref(a)} {cmp} {self._ref(b)} is {expected}")
+        lines.append("  out " + ", ".join(self._ref(r) for r in self.outputs))
+        return "\n".join(lines)
+
+    def _ref(self, r: Ref) -> str:
+        if type(r) is Lit:
+            return repr(r.value)
+        if type(r) is Arg:
+            p = self.params[r.param]
+            return p.name if p.size is None else f"{p.name}[{r.index}]"
+        item = self.items[r.item]
+        if type(item) is Block:
+            return f"B{r.item}[{r.index}]"
+        k = item.size
+        if r.index.c1 % k == 0:  # the same position of a repetition that advances
+            rep = Affine(r.index.c0 // k, r.index.c1 // k)
+            j = item.positions[r.index.c0 % k]
+            return f"L{r.item}[{rep}].b{j}"
+        return f"L{r.item}.flat[{r.index}]"
+
+    def _read(self, r: Read) -> str:
+        if type(r) is Prev:
+            return f"prev b{r.slot} (first: {self._ref(r.init)})"
+        if type(r) is Column:
+            shown = ", ".join(repr(v) for v in r.values[:3])
+            return f"column[i] of ({shown}{', ...' if len(r.values) > 3 else ''})"
+        return self._ref(r)
+
+    @property
+    def statements(self) -> int:
+        """Primitive statements written (each loop body once)."""
+        n = 0
+        for item in self.items:
+            if type(item) is Block:
+                n += len(item.nodes)
+            else:
+                n += item.body.n_ops
+        return n
+
+
+def _body_operand(body: Tape, a: int) -> str:
+    node = body.nodes[a]
+    return repr(node.value) if node.op == CONST else f"b{a}"
+
+
+# ------------------------------------------------------------------ building
+
+
+def build(
+    tape: Tape,
+    segments: Sequence[Segment],
+    params: Sequence[Param] | None = None,
+    name: str = "f",
+) -> Program:
+    """The program of ``tape`` with each of ``segments`` folded into a loop.
+
+    ``params`` say which argument each input reads (default: one flat array
+    ``x``). The segments must repeat exactly (as ``find_segments`` returns
+    them); a segment that does not is refused with a ``ValueError``.
+    """
+    nodes = tape.nodes
+    n = len(nodes)
+    if params is None:
+        params = [Param("x", len(tape.inputs))]
+    params = list(params)
+    sizes = [1 if p.size is None else p.size for p in params]
+    if sum(sizes) != len(tape.inputs):
+        raise ValueError(
+            f"the parameters hold {sum(sizes)} values but the tape has {len(tape.inputs)} inputs"
+        )
+    # where each slot's value lives in the program: (kind, item or param, index)
+    item_of = np.full(n, -1, np.int64)  # -1: an input or a constant
+    index_of = np.zeros(n, np.int64)
+    param_of = np.full(n, -1, np.int64)
+    inputs = np.asarray(tape.inputs, np.int64)
+    param_of[inputs] = np.repeat(np.arange(len(sizes)), sizes)
+    index_of[inputs] = np.concatenate([np.arange(s) for s in sizes] or [[]]).astype(np.int64)
+    is_const = np.fromiter((nd.op == CONST for nd in nodes), bool, n)
+    guards_at: dict[int, list[Guard]] = {}
+    outer_guards: list[Guard] = []
+
+    items: list[Item] = []
+    spans: list[tuple[int, int, Segment | None]] = []
+    pos = 0
+    for s in sorted(segments, key=lambda s: s.start):
+        if s.start < pos or s.stop > n or s.reps < 1 or s.size < 1:
+            raise ValueError(f"segment {s} overlaps another or does not fit the tape")
+        if pos < s.start:
+            spans.append((pos, s.start, None))
+        spans.append((s.start, s.stop, s))
+        pos = s.stop
+    if pos < n:
+        spans.append((pos, n, None))
+    in_loop = np.zeros(n, bool)
+    for lo, hi, s in spans:
+        if s is not None:
+            in_loop[lo:hi] = True
+    for g in tape.guards:  # checked where its last computed operand is (as detection does)
+        computed = [a for a in (g.a, g.b) if not is_const[a]]
+        if computed and in_loop[max(computed)]:
+            guards_at.setdefault(max(computed), []).append(g)
+        else:
+            outer_guards.append(g)
+
+    def ref(slot: int) -> Ref:
+        if is_const[slot]:
+            return Lit(nodes[slot].value)
+        if param_of[slot] >= 0:
+            return Arg(int(param_of[slot]), Affine(int(index_of[slot])))
+        if item_of[slot] < 0:
+            raise ValueError(f"slot {slot} is read before it is computed")
+        return At(int(item_of[slot]), Affine(int(index_of[slot])))
+
+    for lo, hi, s in spans:
+        k = len(items)
+        if s is None:
+            block = Block([], [])
+            for j in range(lo, hi):
+                nd = nodes[j]
+                if isinstance(nd.op, str):
+                    continue
+                block.nodes.append((nd.op, tuple(ref(a) for a in nd.args)))
+                item_of[j], index_of[j] = k, len(block.slots)
+                block.slots.append(j)
+            if block.nodes:
+                items.append(block)
+            continue
+        items.append(_loop(tape, s, ref, is_const, guards_at))
+        item_of[lo:hi] = k
+        index_of[lo:hi] = np.arange(hi - lo)
+    guards = [(g.cmp, ref(g.a), ref(g.b), g.expected) for g in outer_guards]
+    return Program(params, items, [ref(o) for o in tape.outputs], guards, name)
+
+
+def _loop(tape: Tape, s: Segment, ref, is_const: np.ndarray, guards_at: dict) -> Loop:
+    """The loop of segment ``s``: its body tape and what each body input reads."""
+    nodes, k, start = tape.nodes, s.size, s.start
+    reads: list = []
+    read_slot: dict = {}
+    body: list[Node] = []
+    positions: list[int | None] = [None] * k
+    consts: dict[float, int] = {}
+    body_inputs: list[int] = []
+
+    def operand(slot_at) -> int:
+        """The body slot of an operand that reads ``slot_at(q)`` in repetition q."""
+        a0, a1 = slot_at(0), slot_at(1 if s.reps > 1 else 0)
+        if s.reps > 1 and a0 < start <= a1 < start + k and not is_const[a1]:
+            r = ("prev", a1 - start, ref(a0))  # a Prev once the body slot is known
+        elif is_const[a0]:
+            vals = [nodes[slot_at(q)].value for q in range(s.reps)]
+            if all(v == vals[0] for v in vals):
+                if vals[0] not in consts:
+                    consts[vals[0]] = len(body)
+                    body.append(Node(CONST, (), vals[0]))
+                return consts[vals[0]]
+            r = Column(tuple(vals))
+        elif a0 >= start:
+            return positions[a0 - start]  # a value of the same repetition
+        else:
+            r0, r1 = ref(a0), ref(a1)
+            if type(r0) is not type(r1) or (r0.param if type(r0) is Arg else r0.item) != (
+                r1.param if type(r1) is Arg else r1.item
+            ):
+                raise ValueError(f"segment {s}: slot {a0} is read unlike across repetitions")
+            index = Affine(r0.index.c0, r1.index.c0 - r0.index.c0)
+            r = Arg(r0.param, index) if type(r0) is Arg else At(r0.item, index)
+        if r not in read_slot:
+            read_slot[r] = len(body)
+            body_inputs.append(len(body))
+            body.append(Node(INPUT))
+            reads.append(r)
+        return read_slot[r]
+
+    body_guards: list[Guard] = []
+    for p in range(k):
+        j = start + p
+        nd = nodes[j]
+        if is_const[j]:
+            continue
+        if nd.op == INPUT:
+            raise ValueError(f"segment {s} holds an input")
+        args = tuple(operand(lambda q, c=c: nodes[j + q * k].args[c]) for c in range(len(nd.args)))
+        positions[p] = len(body)
+        body.append(Node(nd.op, args))
+        for gi, g in enumerate(guards_at.get(j, ())):
+            ga = operand(lambda q, gi=gi: guards_at[j + q * k][gi].a)
+            gb = operand(lambda q, gi=gi: guards_at[j + q * k][gi].b)
+            body_guards.append(Guard(g.cmp, ga, gb, g.expected, g.where))
+    reads = [Prev(positions[r[1]], r[2]) if type(r) is tuple else r for r in reads]
+    outputs = [b for b in positions if b is not None]
+    names = [f"in{q}" for q in range(len(reads))]
+    return Loop(
+        start, k, s.reps, Tape(body, body_inputs, outputs, body_guards, names), reads, positions
+    )
