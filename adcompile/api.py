@@ -304,6 +304,66 @@ class Specialisation:
         self.call = compiled.call
         self.layout = layout  # per differentiated argument: (start, shape or None)
         self.unpack = _unpacker(layout, mode, many)
+        self.entry: Callable | None = None  # the fast path of calls like the last one
+
+
+def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
+    """A function of the call's arguments that checks, with a few ``type`` and
+    ``shape`` comparisons, that they fit ``spec`` (arguments of ``key``'s shapes),
+    runs its compiled code and returns the transform's result; None when they do
+    not fit or a guard fails (the caller then takes the general path).
+    """
+    names = [f"a{k}" for k in range(len(key))]
+    lines = ["def entry(args):", f"    if len(args) != {len(key)}:", "        return None"]
+    lines.append(f"    {', '.join(names)}, = args")
+    flat = []
+    for name, shape in zip(names, key):
+        if shape is None:
+            lines.append(f"    if type({name}) is not float:")
+        else:
+            lines.append(
+                f"    if type({name}) is not ndarray or {name}.dtype is not F64 "
+                f"or {name}.shape != {shape!r}:"
+            )
+        lines.append("        return None")
+        flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
+    if mode == "jit":
+        result = "out.item(0)"
+    else:
+        grads = []
+        for start, shape in spec.layout:
+            if shape is None:
+                grads.append(f"out.item({start})")
+            elif not many and len(shape) == 1:
+                grads.append(f"out[{start}:]")
+            else:
+                size = int(np.prod(shape))
+                grads.append(f"out[{start}:{start + size}].reshape({shape!r})")
+        g = f"({', '.join(grads)},)" if many else grads[0]
+        result = g if mode == "grad" else f"(out.item(0), {g})"
+    compiled = spec.compiled
+    folded = getattr(compiled, "folded", None)
+    direct = compiled.fn if compiled.kind == "straight-line" else None
+    if direct is not None:  # straight-line code: call the Numba function itself
+        lines.append(f"    out = empty({compiled.n_out})")
+        lines.append(f"    if not fn({', '.join([*flat, 'out'])}):")
+    elif folded is not None:  # folded code: the same, with this thread's work array
+        direct = folded.fn
+        lines.append("    work = getattr(local, 'work', None)")
+        lines.append("    if work is None:")
+        lines.append("        return None")
+        lines.append(f"    out = empty({compiled.n_out})")
+        lines.append(f"    if not fn({', '.join([*flat, 'work', 'columns', 'out'])}):")
+    else:
+        lines.append(f"    ok, out = call({', '.join(flat)})")
+        lines.append("    if not ok:")
+    lines.append("        return None")
+    lines.append(f"    return {result}")
+    ns = {"ndarray": np.ndarray, "F64": _F64, "empty": np.empty, "fn": direct, "call": spec.call}
+    if folded is not None:
+        ns.update(local=folded.local, columns=folded.columns)
+    exec(compile("\n".join(lines), f"<adcompile entry of {spec.compiled.kind} code>", "exec"), ns)
+    return ns["entry"]
 
 
 def _unpacker(layout: list, mode: str, many: bool) -> Callable[[np.ndarray], Any]:
@@ -371,6 +431,9 @@ class Transformed:
         self._namefun = fun  # whose parameters name the positional arguments
         self._kwnames: tuple[str, ...] = ()  # keyword arguments passed after them
         self._skip = 1 if leaves is not None else 0  # arguments before the user's
+        # the last specialisation's entry (_entry): the fast path of a call like the
+        # last one; None while the general path must run (captures, debug_nans)
+        self._fast: Callable | None = None
         functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
@@ -389,6 +452,11 @@ class Transformed:
         return [k % nargs for k in nums]
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        fast = self._fast
+        if fast is not None and not kwargs and not debug_nans_enabled():
+            result = fast(args)
+            if result is not None:
+                return result
         if kwargs:
             return self._keywords(args, kwargs)
         caps = self._caps
@@ -421,11 +489,16 @@ class Transformed:
         else:
             spec, out = self._miss(key, args, flat)
         self._last = spec
-        if (self.debug_nans or debug_nans_enabled()) and not np.isfinite(out).all():
-            if spec.tape is None:  # batch-generic code: trace this length to find the op
-                spec = self._specialise(key, args)
-                spec.call(*flat)
-            self._raise_nonfinite(spec, flat)
+        if self.debug_nans or debug_nans_enabled():
+            if not np.isfinite(out).all():
+                if spec.tape is None:  # batch-generic code: trace this length to find the op
+                    spec = self._specialise(key, args)
+                    spec.call(*flat)
+                self._raise_nonfinite(spec, flat)
+        elif not self._caps.hidden and not self._caps.watched:
+            if spec.entry is None:
+                spec.entry = _entry(spec, key, self.mode, self._many)
+            self._fast = spec.entry
         return spec.unpack(out)
 
     # ---- keyword arguments
@@ -487,7 +560,7 @@ class Transformed:
         with self._lock:
             self._specs.clear()
             self._batches.clear()
-            self._last = None
+            self._last = self._fast = None
             caps.snapshot()
         warnings.warn(
             f"{self._name}() reads {w.what}, which has changed since it was traced "

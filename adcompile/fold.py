@@ -1241,6 +1241,8 @@ class FoldedFunction:
 
     ``call(*args) -> (ok, outputs)`` as :class:`adcompile.jit.Compiled`;
     ``source`` is the generated module, ``explanation`` says what was folded.
+    ``fn(*args, work, columns, out) -> ok`` is the Numba function itself, with
+    ``work`` this thread's work array (``local.work``, made by the first ``call``).
     ``segments`` may be given (a list, or a :class:`Plan` already made for
     this tape and these params); by default they are found here.
     """
@@ -1289,11 +1291,11 @@ class FoldedFunction:
         header = "".join(f"# {ln}\n" for ln in _wrap(self.explanation, 76))
         self.source = module_source([header + code.text])
         lap("generate")
-        self._fn = compile_folded_source(self.source, fname, code.functions, params)
+        self.fn = compile_folded_source(self.source, fname, code.functions, params)
         lap("compile")
         self._work = code.work_size
-        self._local = threading.local()
-        self._columns = code.columns
+        self.local = threading.local()
+        self.columns = code.columns
         self.n_out = len(tape.outputs)
 
     def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
@@ -1304,10 +1306,10 @@ class FoldedFunction:
         out = np.empty(self.n_out)
         # the work array is kept between calls (one per thread): a large one costs
         # more to allocate and page in than a small loop takes to run
-        work = getattr(self._local, "work", None)
+        work = getattr(self.local, "work", None)
         if work is None:
-            work = self._local.work = np.empty(self._work)
-        return self._fn(*args, work, self._columns, out), out
+            work = self.local.work = np.empty(self._work)
+        return self.fn(*args, work, self.columns, out), out
 
 
 def compile_folded(

@@ -186,7 +186,9 @@ class Compiled:
 
     Calling it with the arguments (floats, or flat float64 arrays, as in
     ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
-    recorded while tracing does not hold for these inputs.
+    recorded while tracing does not hold for these inputs. Straight-line code
+    has its Numba function as ``fn(*args, out) -> ok``, folded code its
+    :class:`adcompile.fold.FoldedFunction` as ``folded``.
     """
 
     def __init__(
@@ -219,7 +221,7 @@ class Compiled:
         if kind == "folded":
             from .fold import FoldedFunction
 
-            folded = FoldedFunction(tape, params, fname, doc, segments=plan)
+            folded = self.folded = FoldedFunction(tape, params, fname, doc, segments=plan)
             self.explanation = folded.explanation
             self.source = folded.source
             self.call = folded.call
@@ -240,7 +242,7 @@ class Compiled:
             )
             f64, arr = numba.types.float64, numba.types.float64[::1]
             sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
-            self._fn = compile_now(getattr(load_source(self.source, fname), fname), sig)
+            self.fn = compile_now(getattr(load_source(self.source, fname), fname), sig)
             self.call = self._call_straight
         else:
             self.program: Program = to_program(tape)
@@ -265,7 +267,7 @@ class Compiled:
 
     def _call_straight(self, *args: Any) -> tuple[bool, np.ndarray]:
         out = _empty(self.n_out)
-        return self._fn(*args, out), out
+        return self.fn(*args, out), out
 
     def _call_interpreter(self, *args: Any) -> tuple[bool, np.ndarray]:
         p = self.program

@@ -102,3 +102,84 @@ def test_adcompile_quiet_silences_the_compile_message(monkeypatch, capsys):
     monkeypatch.setenv("ADCOMPILE_QUIET", "1")
     assert ad.grad(_slow_square)(3.0) == 6.0
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------- the fast call path
+
+
+def _rosen(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        s = s + 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def _rosen_grad(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1])
+    g[1:] += 200 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+@pytest.mark.parametrize("n", [10, 300])  # straight-line code, folded code
+def test_fast_path_answers_as_the_general_path(n):
+    vg = ad.value_and_grad(_rosen)
+    rng = np.random.default_rng(n)
+    first = rng.normal(size=n)
+    vg(first)
+    assert vg._fast is not None
+    grads = []
+    for _ in range(3):
+        x = rng.normal(size=n)
+        value, g = vg(x)
+        assert value == pytest.approx(_rosen(x), rel=1e-12)
+        np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
+        grads.append((x, g))
+    for x, g in grads:  # each call's gradient is its own array
+        np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
+    # arguments the fast path does not take go the general way, with the same answers
+    x = rng.normal(size=n)
+    np.testing.assert_allclose(vg(list(x))[1], _rosen_grad(x), rtol=1e-11)
+    y = np.zeros(2 * n)
+    y[::2] = x  # not contiguous
+    np.testing.assert_allclose(vg(y[::2])[1], _rosen_grad(x), rtol=1e-11)
+    np.testing.assert_allclose(vg(x[: n - 2])[1], _rosen_grad(x[: n - 2]), rtol=1e-11)
+    assert vg.traces == 2
+
+
+def test_fast_path_leaves_other_branches_and_nans_to_the_general_path():
+    def f(x, y):
+        return x * y if x > 0 else ad.log(y) - x
+
+    g = ad.grad(f, argnums=(0, 1))
+    assert g(2.0, 3.0) == pytest.approx((3.0, 2.0))
+    assert g(2.5, 4.0) == pytest.approx((4.0, 2.5))  # the fast path
+    assert g(-1.0, 4.0) == pytest.approx((-1.0, 0.25))  # another branch
+    assert g(-2.0, 2.0) == pytest.approx((-1.0, 0.5))
+    assert g(3.0, 5.0) == pytest.approx((5.0, 3.0))
+    with ad.debug_nans(), pytest.raises(ad.NonFiniteError, match="log"):
+        g(-1.0, -4.0)
+    assert g(-1.0, -4.0) == pytest.approx((-1.0, -0.25))  # outside: log(-4) is nan, unraised
+
+
+def test_fast_path_for_jit_grad_and_matrices():
+    A = np.arange(6.0).reshape(2, 3)
+    f = ad.jit(lambda a: np.sum(a * a))
+    assert f(A) == pytest.approx(55.0) and f(A + 1) == pytest.approx(np.sum((A + 1) ** 2))
+    g = ad.grad(lambda a: np.sum(a * a))
+    np.testing.assert_allclose(g(A), 2 * A)
+    np.testing.assert_allclose(g(A - 1), 2 * (A - 1))
+    assert g(A - 1).shape == (2, 3)
+
+
+def test_fast_path_in_another_thread():
+    import threading
+
+    vg = ad.value_and_grad(_rosen)
+    x = np.linspace(-1, 1, 300)
+    vg(x)
+    got = {}
+    t = threading.Thread(target=lambda: got.update(r=vg(x + 0.5)))
+    t.start()
+    t.join()
+    np.testing.assert_allclose(got["r"][1], _rosen_grad(x + 0.5), rtol=1e-11)
