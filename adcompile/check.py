@@ -20,12 +20,23 @@ and ``fd_atol`` (relative to the larger of the exact gradient and the value
 of ``f``). They are not compared where the stencil crosses a kink of a
 non-smooth op (``abs``, ``relu``, ``maximum`` ...), a branch ``f`` took on
 its inputs, or leaves the domain; the report notes why.
+
+A point is singular where some exact method gives inf or nan for the value
+or a derivative (``x / y`` at ``y = 0``, ``sqrt`` at 0), or SymPy divides by
+zero. There only the three adjoint methods, which do the same float
+arithmetic, are held to agree (inf with the same sign, or nan, as NumPy
+gives); SymPy and finite differences are shown but not compared. The report
+then names each singular method and entry and ends ``SINGULAR`` instead of
+``OK``, its ``ok`` is False, and ``check_grad`` warns (``RuntimeWarning``)
+instead of raising: the methods do not disagree, but nothing was checked
+there.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +52,9 @@ __all__ = ["check_grad", "GradReport", "GradientMismatch"]
 #: ``sympy.diff`` is skipped on tapes with more primitive operations than this.
 SYMPY_MAX_OPS = 300
 
-EXACT = ("compiled", "adjoint tape", "interpreter", "sympy")
+#: The methods that run the tape's own float arithmetic (its derivative rules).
+ADJOINT = ("compiled", "adjoint tape", "interpreter")
+EXACT = (*ADJOINT, "sympy")
 METHODS = (*EXACT, "finite diff")
 
 
@@ -57,7 +70,11 @@ class GradReport:
     float arrays in that order (``sympy`` is None when skipped, and a finite
     difference not compared is nan); ``values`` maps each exact method to the
     value of ``f``; ``compared`` lists the exact methods held to agree;
-    ``notes`` says what was skipped and why.
+    ``notes`` says what was skipped and why. ``singular`` maps each method
+    that gives inf or nan (or, for SymPy, divides by zero) to what it gives
+    per entry (``{"compiled": {"value": "inf", "y": "-inf"}}``); it is empty
+    at a regular point. ``sympy_undefined`` lists the entries (-1 for the
+    value, else the input's index) where SymPy divided by zero.
     """
 
     def __init__(
@@ -69,6 +86,7 @@ class GradReport:
         notes: list[str],
         tolerances: dict[str, float],
         uncompared: Sequence[str] = (),
+        sympy_undefined: Collection[int] = (),
     ) -> None:
         self.name = name
         self.labels = labels
@@ -83,12 +101,19 @@ class GradReport:
         self.sympy = grads["sympy"]
         self.finite_diff = grads["finite diff"]
         self.compared = [m for m in EXACT if grads[m] is not None and m not in uncompared]
+        self.sympy_undefined = set(sympy_undefined)
+        self.singular: dict[str, dict[str, str]] = {}
         self.failures = self._compare()
 
     @property
     def ok(self) -> bool:
-        """Whether every method agrees within its tolerance."""
-        return not self.failures
+        """Whether every method agrees within its tolerance at a regular point (False at a
+        singular one, where only the adjoint methods were compared)."""
+        return not self.failures and not self.singular
+
+    def entry(self, method: str, i: int) -> float | None:
+        """Method ``method``'s value of ``f`` (``i == -1``) or derivative for input ``i``."""
+        return self.values.get(method) if i < 0 else self.column(method, i)
 
     def column(self, method: str, i: int) -> float | None:
         """Method ``method``'s derivative for input ``i`` (None if not computed)."""
@@ -96,15 +121,25 @@ class GradReport:
         return None if g is None else float(g[i])
 
     def _compare(self) -> list[tuple[str, int]]:
-        """(what, index) for the value (index -1) and each input that disagree."""
+        """(what, index) for the value (index -1) and each input that disagree; fills in
+        ``singular``."""
         t = self.tolerances
         bad: list[tuple[str, int]] = []
-        if not _agree([self.values[m] for m in self.compared], t["rtol"], t["atol"]):
-            bad.append(("value", -1))
-        for i, label in enumerate(self.labels):
-            exact = [self.column(m, i) for m in self.compared]
+        present = [m for m in EXACT if self.grads[m] is not None]
+        for i, label in [(-1, "value"), *enumerate(self.labels)]:
+            numbers = {m: self.entry(m, i) for m in present}
+            broken = [m for m in present if not math.isfinite(numbers[m])]
+            for m in broken:
+                self.singular.setdefault(m, {})[label] = self._singular_entry(m, i, numbers[m])
+            if broken:  # a singular point: the same float arithmetic must give the same
+                if not _agree([numbers[m] for m in ADJOINT], t["rtol"], t["atol"]):
+                    bad.append((label, i))
+                continue
+            exact = [numbers[m] for m in self.compared]
             if not _agree(exact, t["rtol"], t["atol"]):
                 bad.append((label, i))
+                continue
+            if i < 0:
                 continue
             fd = self.finite_diff[i]
             if math.isnan(fd):
@@ -133,11 +168,43 @@ class GradReport:
             f"differences to rtol={t['fd_rtol']:g}, atol={t['fd_atol']:g}"
         )
         rows.extend(f"note: {n}" for n in self.notes)
-        rows.append("OK" if self.ok else "MISMATCH")
+        rows.extend(f"singular for {line}" for line in self.singular_lines())
+        rows.append(self.status() if self.ok or self.failures else f"{self.status()}: {SINGULAR}")
         return "\n".join(rows)
 
+    def status(self) -> str:
+        """``OK``, ``MISMATCH`` or ``SINGULAR`` (every method agrees, but at a singular point)."""
+        return "MISMATCH" if self.failures else "SINGULAR" if self.singular else "OK"
+
+    def singular_lines(self) -> list[str]:
+        """``"METHODS: ENTRIES"`` for each group of methods that are singular alike."""
+        groups: dict[str, list[str]] = {}
+        for method in EXACT:
+            entries = self.singular.get(method)
+            if entries:
+                kinds = set(entries.values())
+                if len(kinds) == 1:
+                    text = f"{', '.join(entries)} {kinds.pop()}"
+                else:
+                    text = ", ".join(f"{label} {kind}" for label, kind in entries.items())
+                groups.setdefault(text, []).append(method)
+        return [f"{', '.join(methods)}: {text}" for text, methods in groups.items()]
+
+    def singular_warning(self) -> str:
+        """One line saying which methods are singular at this point, and for what."""
+        return (
+            f"check_grad({self.name}): the point is singular for "
+            f"{'; '.join(self.singular_lines())}; only the adjoint methods were compared there"
+        )
+
+    def _singular_entry(self, method: str, i: int, v: float) -> str:
+        if method == "sympy" and i in self.sympy_undefined:
+            return "undefined (division by zero)"
+        return repr(v)
+
     def __repr__(self) -> str:
-        return f"<GradReport {self.name}: {'ok' if self.ok else 'MISMATCH'}>"
+        status = self.status()
+        return f"<GradReport {self.name}: {'ok' if status == 'OK' else status}>"
 
     def error(self) -> GradientMismatch:
         """The exception naming the first input where the methods disagree."""
@@ -158,6 +225,13 @@ class GradReport:
             return f"argument {label!r}"
         name, index = label[:-1].split("[", 1)
         return f"argument {name!r}, element [{index}]"
+
+
+#: The end of a report's last line at a singular point.
+SINGULAR = (
+    "inf or nan here, so only the adjoint methods (compiled, adjoint tape, interpreter) "
+    "are held to agree; check the gradient at a point where f is finite and smooth"
+)
 
 
 def _agree(xs: Sequence[float], rtol: float, atol: float) -> bool:
@@ -197,14 +271,17 @@ def _labels(name: str, shape: tuple) -> list[str]:
 
 def _sympy_column(
     tape: Tape, point: np.ndarray, positions: list[int], notes: list[str]
-) -> tuple[np.ndarray | None, float | None]:
-    """``sympy.diff`` of the tape's expression at the point, per position; or None."""
+) -> tuple[np.ndarray | None, float | None, set[int]]:
+    """``sympy.diff`` of the tape's expression at the point, per position, and the value (None
+    if skipped); and the entries (-1 the value, else the index) where SymPy divides by zero,
+    which are nan in the column."""
+    poles: set[int] = set()
     if tape.n_ops > SYMPY_MAX_OPS:
         notes.append(
             f"sympy skipped: the tape has {tape.n_ops} operations (more than "
             f"SYMPY_MAX_OPS={SYMPY_MAX_OPS}); sympy.diff would be slow"
         )
-        return None, None
+        return None, None, poles
     import sympy
 
     from .symbolic import tape_to_sympy
@@ -217,20 +294,26 @@ def _sympy_column(
             f"sympy skipped: {', '.join(undefined)} has no SymPy form (give the primitive "
             "sympy=...)"
         )
-        return None, None
+        return None, None, poles
     subs = {s: sympy.Float(float(v), 30) for s, v in zip(symbols, point)}
 
-    def at_point(e: Any) -> float:
-        z = complex(e.evalf(30, subs=subs))
+    def at_point(e: Any, i: int) -> float:
+        try:
+            z = complex(e.evalf(30, subs=subs))
+        except ZeroDivisionError:  # mpmath's, at a pole such as 1/y at y = 0
+            poles.add(i)
+            return math.nan
         return z.real if abs(z.imag) <= 1e-12 * max(1.0, abs(z.real)) else math.nan
 
     try:
-        value = at_point(expr)
-        col = np.array([at_point(sympy.diff(expr, symbols[p])) for p in positions])
+        value = at_point(expr, -1)
+        col = np.array(
+            [at_point(sympy.diff(expr, symbols[p]), j) for j, p in enumerate(positions)]
+        )
     except (TypeError, ValueError, RecursionError) as e:
         notes.append(f"sympy skipped: its derivative could not be evaluated here ({e})")
-        return None, None
-    return col, value
+        return None, None, set()
+    return col, value, poles
 
 
 def _kinks(tape: Tape) -> list[Any]:
@@ -287,7 +370,21 @@ def check_grad(
     fd_rtol: float = 1e-5,
     fd_atol: float = 1e-6,
 ) -> GradReport:
-    """Compare every gradient method at ``args``; raise GradientMismatch if they disagree."""
+    """Compare every gradient method at ``args``; raise GradientMismatch if they disagree.
+
+    Returns the report. At a singular point (some exact method gives inf or nan, see the
+    module's docstring) only the adjoint methods are compared: if they agree, the report's
+    ``ok`` is False, its last line says ``SINGULAR`` and a ``RuntimeWarning`` names the
+    singular methods and entries; nothing is raised. Tolerances must be numbers >= 0
+    (ValueError otherwise).
+    """
+    for key, tol in (("rtol", rtol), ("atol", atol), ("fd_rtol", fd_rtol), ("fd_atol", fd_atol)):
+        try:
+            valid = 0.0 <= float(tol) < math.inf
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise ValueError(f"check_grad: {key} must be a number >= 0 (a tolerance), got {tol!r}")
     fun = f.fun if isinstance(f, Transformed) else f
     name = getattr(fun, "__name__", "f")
     many = isinstance(argnums, (tuple, list))
@@ -317,7 +414,7 @@ def check_grad(
     values["interpreter"] = value
     grads["interpreter"] = np.array([all_grads[p] for p in positions])
 
-    grads["sympy"], values["sympy"] = _sympy_column(tape, point, positions, notes)
+    grads["sympy"], values["sympy"], poles = _sympy_column(tape, point, positions, notes)
     grads["finite diff"] = _finite_differences(tape, point, positions, labels, notes)
 
     tolerances = {
@@ -337,7 +434,9 @@ def check_grad(
             f"sympy not compared: the point is on a kink of {', '.join(on_kink)}, where the "
             "derivative is a convention"
         )
-    report = GradReport(name, labels, grads, values, notes, tolerances, uncompared)
-    if not report.ok:
+    report = GradReport(name, labels, grads, values, notes, tolerances, uncompared, poles)
+    if report.failures:
         raise report.error()
+    if report.singular:
+        warnings.warn(report.singular_warning(), RuntimeWarning, stacklevel=2)
     return report

@@ -8,16 +8,76 @@ imports happen inside the commands so that ``adcompile --help`` starts fast.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, but a usage error is one line on stderr (and exit status 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _whole_number(least: int, example: int, why: str = "") -> Callable[[str], int]:
+    """An argparse ``type=``: a whole number of at least ``least`` (``why`` explains it)."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number, such as {example}; got {text!r}"
+            ) from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be {least} or more{why}, got {value}")
+        return value
+
+    return whole_number
+
+
+#: The picture formats ``--out`` may name (matplotlib writes each without extras).
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def _picture_path(text: str) -> str:
+    """An argparse ``type=`` for ``demo --out``: '' or an image file in a folder that exists."""
+    if text == "":
+        return text
+    path = Path(text).expanduser()
+    if path.suffix.lower() not in IMAGE_SUFFIXES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an image file name; end it with "
+            f"{', '.join(IMAGE_SUFFIXES[:-2])} or {IMAGE_SUFFIXES[-2]} (or give --out '' for "
+            "no picture)"
+        )
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a folder; name a file in it, such as {str(path / 'demo.png')!r}"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"there is no folder {str(folder)!r} to write {path.name!r} into; create it first "
+            "(or give --out '' for no picture)"
+        )
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(
+            f"cannot write into the folder {str(folder)!r}; name a file in a folder of yours "
+            "(or give --out '' for no picture)"
+        )
+    return str(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="adcompile",
         description="Scalar Python code in, fast and verified derivative code out.",
     )
@@ -25,11 +85,32 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="subcommands")
 
     p = sub.add_parser("demo", help="train a small network on two moons", description=DEMO_DOC)
-    p.add_argument("--points", type=int, default=100, help="data points (default 100)")
-    p.add_argument("--epochs", type=int, default=100, help="training steps (default 100)")
-    p.add_argument("--seed", type=int, default=1, help="seed for data and weights (default 1)")
     p.add_argument(
-        "--out", default="adcompile-demo.png", help="PNG of the decision boundary ('' for none)"
+        "--points",
+        type=_whole_number(2, 100, " (a point for each moon)"),
+        default=100,
+        help="data points, at least 2 (default 100)",
+    )
+    p.add_argument(
+        "--steps",
+        "--epochs",
+        dest="steps",
+        type=_whole_number(1, 100),
+        default=100,
+        help="training steps, each on all the points (default 100; --epochs is another name)",
+    )
+    p.add_argument(
+        "--seed",
+        type=_whole_number(0, 1),
+        default=1,
+        help="seed for data and weights, 0 or more (default 1)",
+    )
+    p.add_argument(
+        "--out",
+        type=_picture_path,
+        default="adcompile-demo.png",
+        help="picture of the decision boundary, a .png, .svg, .pdf or .jpg file in a folder "
+        "that exists (default adcompile-demo.png; '' for none)",
     )
     p.add_argument(
         "--eager", action="store_true", help="build a Value graph every step (slow, to compare)"
@@ -69,27 +150,52 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    """Run ``benchmarks.run`` from the current directory or the checkout this package is in."""
-    import importlib
-    from pathlib import Path
+#: What ``adcompile bench`` says outside a checkout of the repository.
+NO_CHECKOUT = (
+    "adcompile bench: error: the benchmarks are not part of the installed package; they "
+    "need a checkout of the adcompile repository: clone it with git, then in it run "
+    "pip install -e '.[bench]' and adcompile bench --quick"
+)
 
-    # the checkout this package was installed from (pip install -e), else the
-    # current directory if it is an adcompile checkout
-    roots = [Path(__file__).resolve().parent.parent, Path.cwd()]
-    for root in roots:
+
+def _bench_roots() -> list[Path]:
+    """Where ``cmd_bench`` looks for a checkout: the one this package was installed from
+    (``pip install -e``), then the current directory."""
+    return [Path(__file__).resolve().parent.parent, Path.cwd()]
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Run ``benchmarks.run`` from the checkout this package is in, or the current directory."""
+    import importlib
+
+    for root in _bench_roots():
         if (root / "benchmarks" / "systems" / "adcompile_compiled.py").is_file():
-            if str(root) not in sys.path:
-                sys.path.insert(0, str(root))
-            run = importlib.import_module("benchmarks.run")
-            return run.main(["--help"] if args.bench_help else args.rest)
-    print(
-        "adcompile bench: no benchmarks/ folder here; run it from a checkout of the "
-        "adcompile repository (git clone ..., then: pip install -e '.[bench]' && "
-        "adcompile bench --quick)",
-        file=sys.stderr,
-    )
-    return 2
+            break
+    else:
+        print(NO_CHECKOUT, file=sys.stderr)
+        return 2
+    if str(root) in sys.path:  # first, so that no other package named benchmarks shadows it
+        sys.path.remove(str(root))
+    sys.path.insert(0, str(root))
+    loaded = sys.modules.get("benchmarks")
+    where = getattr(loaded, "__file__", None) or "."
+    if loaded is not None and Path(where).resolve().parent.parent != root.resolve():
+        print(
+            f"adcompile bench: error: another package named benchmarks is already imported "
+            f"({loaded.__file__}); run adcompile bench in a fresh process",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        run = importlib.import_module("benchmarks.run")
+    except ImportError as e:
+        print(
+            f"adcompile bench: error: cannot import the benchmarks of {root} ({e}); "
+            "install their requirements there with pip install -e '.[bench]'",
+            file=sys.stderr,
+        )
+        return 2
+    return run.main(["--help"] if args.bench_help else args.rest, prog="adcompile bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,36 +279,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
     rows, labels = X.tolist(), y.tolist()
     print(
         f"training {model.__class__.__name__}(2, [16, 16, 1]) ({len(params)} parameters) "
-        f"on {args.points} points for {args.epochs} steps",
+        f"on {args.points} points for {args.steps} steps",
         file=sys.stderr,
     )
 
     def loss_fn(Xb: Any, yb: Any) -> Any:
         return hinge([model(r) for r in Xb], yb) + 1e-4 * sum(p * p for p in params)
 
-    bar = Progress(args.epochs)
+    bar = Progress(args.steps)
     start = time.perf_counter()
     with gc_paused():
         step = None if args.eager else compile_loss(loss_fn, params)
-        for k in range(args.epochs):
+        for k in range(args.steps):
             loss = loss_fn(rows, labels) if step is None else step(X, y)
             acc = float(np.mean((_mlp_scores(model)(X) > 0) == (y > 0)))
             opt.zero_grad()
             loss.backward()
-            opt.lr = 1.0 - 0.9 * k / args.epochs
+            opt.lr = 1.0 - 0.9 * k / args.steps
             opt.step()
             bar.update(k + 1, loss=loss.data, acc=f"{acc:.0%}")
     mode = "eager Values" if step is None else "compiled gradients"
     print(
-        f"{args.epochs} steps with {mode} in {time.perf_counter() - start:.1f} s", file=sys.stderr
+        f"{args.steps} steps with {mode} in {time.perf_counter() - start:.1f} s", file=sys.stderr
     )
 
     predict = _mlp_scores(model)
     accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
     print(ascii_boundary(predict, X, y))
     print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
-    if args.out:
-        _plot(predict, X, y, args.out)
+    if args.out and not _plot(predict, X, y, args.out):
+        return 1
     return 0
 
 
@@ -250,7 +356,8 @@ def ascii_boundary(
     return "\n".join([border, *("|" + "".join(r) + "|" for r in grid), border])
 
 
-def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> None:
+def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> bool:
+    """Save a picture of the decision boundary to ``path``; False if it cannot be written."""
     try:
         import matplotlib
 
@@ -258,7 +365,7 @@ def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib is not installed, so no PNG (pip install matplotlib)")
-        return
+        return True
     import numpy as np
 
     lo, hi = X.min(axis=0) - 1.0, X.max(axis=0) + 1.0
@@ -269,9 +376,15 @@ def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> None:
     ax.contourf(gx, gy, z, levels=[-1.5, 0.0, 1.5], alpha=0.5, **style)
     ax.scatter(X[:, 0], X[:, 1], c=y, s=30, edgecolors="k", **style)
     ax.set_title("adcompile demo: MLP(2, [16, 16, 1]) on two moons")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=100, bbox_inches="tight")
+    except OSError as e:
+        print(f"adcompile demo: error: cannot write {path}: {e.strerror or e}", file=sys.stderr)
+        return False
+    finally:
+        plt.close(fig)
     print(f"wrote {path}")
+    return True
 
 
 if __name__ == "__main__":

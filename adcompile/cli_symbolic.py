@@ -18,6 +18,7 @@ import argparse
 import ast
 import math
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -142,6 +143,19 @@ def parse_point(specs: list[str] | None, variables: list[str]) -> list[float]:
     return [given[v] for v in variables]
 
 
+def tolerance(text: str) -> float:
+    """An argparse ``type=``: a finite number >= 0 (``--rtol``, ``--atol``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0.0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(
+            f"a tolerance is a number >= 0, such as 1e-7; got {text!r}"
+        )
+    return value
+
+
 def _fail(command: str, message: str) -> int:
     print(f"adcompile {command}: error: {message}", file=sys.stderr)
     return 2
@@ -163,12 +177,18 @@ def run_check(args: argparse.Namespace) -> int:
         return 0
     argnums = tuple(range(len(point)))
     try:
-        report = check_grad(formula.fn, *point, argnums=argnums, rtol=args.rtol, atol=args.atol)
+        with warnings.catch_warnings():  # a singular point: the report says so, and stderr
+            warnings.simplefilter("ignore", RuntimeWarning)
+            report = check_grad(
+                formula.fn, *point, argnums=argnums, rtol=args.rtol, atol=args.atol
+            )
     except GradientMismatch as e:
         print(e)
         print(f"adcompile check: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     print(report)
+    if report.singular:
+        print(f"adcompile check: warning: {report.singular_warning()}", file=sys.stderr)
     return 0
 
 
@@ -204,14 +224,26 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="compare a formula's gradient by every method (compiled, interpreter, SymPy, "
         "finite differences)",
         description="Print the value and gradient of a formula by every method adcompile has; "
-        "exit 1 if they disagree, 2 on a bad formula.",
+        "exit 1 if they disagree, 2 on a bad formula or option. At a singular point (inf or "
+        "nan, as in x/y at y=0) the report says which methods are singular there, and only "
+        "the adjoint methods are compared.",
     )
     p.add_argument("expr", help='a formula, such as "sin(x)*y + exp(x/y)"')
     p.add_argument(
         "--at", action="append", metavar="x=1,y=2", help="the point (every variable a value)"
     )
-    p.add_argument("--rtol", type=float, default=1e-7, help="relative tolerance (exact methods)")
-    p.add_argument("--atol", type=float, default=1e-9, help="absolute tolerance (exact methods)")
+    p.add_argument(
+        "--rtol",
+        type=tolerance,
+        default=1e-7,
+        help="relative tolerance of the exact methods, a number >= 0 (default 1e-7)",
+    )
+    p.add_argument(
+        "--atol",
+        type=tolerance,
+        default=1e-9,
+        help="absolute tolerance of the exact methods, a number >= 0 (default 1e-9)",
+    )
     p.set_defaults(func=run_check)
     return p
 

@@ -367,24 +367,61 @@ class _Converter:
 
 
 def _as_symbols(symbols: Any) -> list[sympy.Symbol]:
-    syms = [symbols] if isinstance(symbols, sympy.Basic) else list(symbols)
+    """``symbols`` (a Symbol or a sequence of them) as a list; TypeError/ValueError if not."""
+    if isinstance(symbols, str):
+        raise TypeError(
+            f"from_sympy: symbols must be SymPy Symbols, not the string {symbols!r}; make "
+            f"them with sympy.symbols({symbols!r})"
+        )
+    try:
+        syms = [symbols] if isinstance(symbols, sympy.Basic) else list(symbols)
+    except TypeError:
+        syms = [symbols]
     for s in syms:
         if not isinstance(s, sympy.Symbol):
             raise TypeError(
-                f"from_sympy: symbols must be SymPy Symbols, got {s!r}; "
-                "make them with sympy.symbols('x y')"
+                f"from_sympy: symbols must be SymPy Symbols (one, or a list of them), got "
+                f"{s!r}; make them with sympy.symbols('x y')"
             )
     if len(set(syms)) != len(syms):
         raise ValueError("from_sympy: the same symbol is listed twice")
     return syms
 
 
+#: What ``from_sympy`` takes, for its error messages.
+EXPECTED = (
+    "from_sympy(expr, symbols) expects a SymPy expression or a string SymPy can parse "
+    "(such as 'x**2 + sin(y)'), or a list of them, and the SymPy Symbols it uses "
+    "(sympy.symbols('x y'))"
+)
+
+
+def _as_expression(e: Any) -> sympy.Expr:
+    """``e`` as a SymPy expression: TypeError if it is not one (ValueError for a string)."""
+    if isinstance(e, sympy.Expr):
+        return e
+    try:
+        expr = sympy.sympify(e)
+    except (sympy.SympifyError, SyntaxError, TypeError):
+        if isinstance(e, str):
+            raise ValueError(f"{EXPECTED}; SymPy cannot parse {e!r}") from None
+        raise TypeError(f"{EXPECTED}; got {type(e).__name__} {e!r}") from None
+    if not isinstance(expr, sympy.Expr):
+        error = ValueError if isinstance(e, str) else TypeError
+        raise error(f"{EXPECTED}; got {e!r}, of type {type(expr).__name__}, not an expression")
+    return expr
+
+
 def from_sympy(expr: Any, symbols: Any) -> Tape:
-    """A tape computing ``expr`` (or a sequence of expressions) with ``symbols`` as inputs."""
+    """A tape computing ``expr`` (or a sequence of expressions) with ``symbols`` as inputs.
+
+    ``expr`` is a SymPy expression or a string SymPy parses into one; TypeError otherwise
+    (ValueError for a string).
+    """
     syms = _as_symbols(symbols)
     exprs = list(expr) if isinstance(expr, (list, tuple, sympy.MatrixBase)) else [expr]
     conv = _Converter(syms)
-    outputs = [conv.convert(sympy.sympify(e)) for e in exprs]
+    outputs = [conv.convert(_as_expression(e)) for e in exprs]
     tape = Tape(conv.nodes, list(range(len(syms))), outputs, names=[str(s) for s in syms])
     return prune(tape)  # drops what converting left unused (the sign of ``-y`` in ``x - y``)
 

@@ -185,9 +185,12 @@ def _summary(rec: dict[str, Any]) -> str:
     return f"{st}: {rec.get('reason', '')}"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def parse_args(
+    argv: list[str] | None, prog: str = "python -m benchmarks.run"
+) -> argparse.Namespace:
+    """The options; ``prog`` is the command shown in the usage line."""
     ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.run",
+        prog=prog,
         description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md.",
     )
     ap.add_argument(
@@ -253,10 +256,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point (also for ``adcompile bench``); the exit status."""
+def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
+    """Entry point (also for ``adcompile bench``, which passes its name as ``prog``); the exit
+    status."""
     try:
-        a = parse_args(argv)
+        a = parse_args(argv, prog)
     except SystemExit as e:
         return int(e.code or 0)
     workloads = a.workload or list(W.WORKLOADS)

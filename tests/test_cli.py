@@ -40,7 +40,7 @@ def test_help_in_a_fresh_process_is_fast():
 def test_demo_trains_to_high_accuracy(capsys, tmp_path):
     png = tmp_path / "moons.png"
     start = time.perf_counter()
-    assert cli.main(["demo", "--points", "50", "--epochs", "30", "--out", str(png)]) == 0
+    assert cli.main(["demo", "--points", "50", "--steps", "30", "--out", str(png)]) == 0
     elapsed = time.perf_counter() - start
     captured = capsys.readouterr()
     acc = float(re.search(r"final training accuracy: ([\d.]+)%", captured.out)[1])
@@ -130,7 +130,7 @@ def test_demo_compiled_and_eager_reach_the_same_loss(capsys):
     from adcompile.cli import main
 
     losses = []
-    for extra in ([], ["--eager"]):
+    for extra in ([], ["--eager"]):  # --epochs: the old name of --steps still works
         assert main(["demo", "--points", "30", "--epochs", "5", "--out", "", *extra]) == 0
         err = capsys.readouterr().err.replace("\r", "\n")
         last = [ln for ln in err.splitlines() if "5/5" in ln][-1]
