@@ -305,6 +305,7 @@ class Specialisation:
         self.layout = layout  # per differentiated argument: (start, shape or None)
         self.unpack = _unpacker(layout, mode, many)
         self.entry: Callable | None = None  # the fast path of calls like the last one
+        self.numba: Callable | None = None  # its Numba entry (Transformed.numba)
 
 
 def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
@@ -845,15 +846,53 @@ class Transformed:
             )
         return self._last.compiled.source
 
-    def code_for(self, *args: Any) -> str:
-        """The generated source for these arguments (compiling if needed)."""
+    def _spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
+        """The specialisation that serves these arguments (compiling if needed), and
+        the call's structure key."""
         caps = self._caps if self._caps is not None else self._scan()
         args = (*args, *caps.values())
-        flat, key = _flatten(self._name, args, caps.hidden)
+        flat, key = _flatten(self._name, args, caps.hidden, self._skip)
         for spec in self._specs.get(key, ()):
             if spec.call(*flat)[0]:
-                return spec.compiled.source
-        return self._miss(key, args, flat)[0].compiled.source
+                return spec, key
+        return self._miss(key, args, flat)[0], key
+
+    def code_for(self, *args: Any) -> str:
+        """The generated source for these arguments (compiling if needed)."""
+        return self._spec_for(args)[0].compiled.source
+
+    def numba(self, *example_args: Any) -> Callable:
+        """The Numba function of the specialisation ``example_args`` take, to call from
+        your own ``@numba.njit`` code: ``fn(*args, out) -> bool``.
+
+        ``args`` are the positional arguments in order, each a float or a
+        C-contiguous float64 array (an array of several dimensions flattened with
+        ``.ravel()``), of the shapes of ``example_args``. ``out`` is a float64
+        array the function fills: for ``value_and_grad`` and ``grad``,
+        ``out[0]`` is the value and the gradients follow, flattened, in
+        ``argnums`` order (``1 + `` their total size); for ``jit``, ``out[0]``.
+        It returns False when a guard fails (these inputs would take another
+        branch than the traced one; ``out`` then means nothing): call the
+        transform itself there, which traces again.
+        """
+        caps = self._caps if self._caps is not None else self._scan()
+        if caps.hidden or caps.watched:
+            what = caps.hidden[0].what if caps.hidden else caps.watched[0].what
+            raise TypeError(
+                f"{self._name}() reads {what} from outside its arguments; the Numba "
+                "function takes only the arguments, so pass that data as an argument "
+                "to use .numba()"
+            )
+        spec, key = self._spec_for(example_args)
+        if spec.numba is None:
+            from .jit import numba_entry  # the one place Numba is imported
+
+            params = self._params(self._names(len(key)), key)
+            if isinstance(spec.compiled, _AtLength):
+                spec.numba = numba_entry(spec.compiled.gen, params, spec.compiled.n)
+            else:
+                spec.numba = numba_entry(spec.compiled, params)
+        return spec.numba
 
 
 _RESERVED = frozenset({"out", "math", "params"})

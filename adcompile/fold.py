@@ -1293,7 +1293,7 @@ class FoldedFunction:
         lap("generate")
         self.fn = compile_folded_source(self.source, fname, code.functions, params)
         lap("compile")
-        self._work = code.work_size
+        self.work_size = code.work_size
         self.local = threading.local()
         self.columns = code.columns
         self.n_out = len(tape.outputs)
@@ -1308,7 +1308,7 @@ class FoldedFunction:
         # more to allocate and page in than a small loop takes to run
         work = getattr(self.local, "work", None)
         if work is None:
-            work = self.local.work = np.empty(self._work)
+            work = self.local.work = np.empty(self.work_size)
         return self.fn(*args, work, self.columns, out), out
 
 

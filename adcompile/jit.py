@@ -309,3 +309,73 @@ def interpreter() -> tuple[Callable, Callable]:
     with _lock:
         _interpreters[key] = found
     return found
+
+
+def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) -> Callable:
+    """One Numba function ``entry(*args, out) -> ok`` for compiled code of any kind,
+    callable from the user's own ``@numba.njit`` code.
+
+    ``args`` are as in ``params`` (a float, or a flat float64 array); ``out``
+    receives the outputs; the result is False when a guard fails. ``compiled``
+    is a :class:`Compiled`, or batch-generic code (``adcompile.batch``) for the
+    batch length ``n``. What the code needs besides the arguments (its work
+    array, its per-repetition constants, the interpreter's program) is made or
+    held inside, so the signature is the same for every kind.
+    """
+    names = [_py_ident_arg(k) for k in range(len(params))]
+    args = ", ".join(names)
+    ns: dict[str, Any] = {"np": np}
+    kind = getattr(compiled, "kind", "")
+    if n is not None:  # batch-generic code at length n
+        a, b = compiled._work
+        ns.update(inner=compiled._fn, columns=compiled._columns)
+        body = [
+            f"work = np.empty({max(a * n + b, 1)})",
+            f"return inner({n}, {args}{', ' if args else ''}work, columns, out)",
+        ]
+    elif kind == "straight-line":
+        ns["inner"] = compiled.fn
+        body = [f"return inner({args}{', ' if args else ''}out)"]
+    elif kind == "folded":
+        f = compiled.folded
+        ns.update(inner=f.fn, columns=f.columns)
+        body = [
+            f"work = np.empty({max(f.work_size, 1)})",
+            f"return inner({args}{', ' if args else ''}work, columns, out)",
+        ]
+    else:  # the tape interpreter, with the program's arrays as constants
+        p = compiled.program
+        run, check = interpreter()
+        ns.update(
+            run=run,
+            check=check,
+            opcodes=p.opcodes,
+            arg0=p.arg0,
+            arg1=p.arg1,
+            init=p.init,
+            inputs=p.inputs,
+            outputs=p.outputs,
+            guards=p.guards,
+        )
+        body, start = ["vals = init.copy()"], 0
+        for name, prm in zip(names, params):
+            if prm.size is None:
+                body.append(f"vals[inputs[{start}]] = {name}")
+                start += 1
+            else:
+                body.append(f"vals[inputs[{start}:{start + prm.size}]] = {name}")
+                start += prm.size
+        body += [
+            "run(opcodes, arg0, arg1, vals)",
+            "out[:] = vals[outputs]",
+            "return check(guards, vals)" if len(p.guards) else "return True",
+        ]
+    source = f"def entry({args}{', ' if args else ''}out):\n" + "".join(
+        f"    {line}\n" for line in body
+    )
+    exec(compile(source, "<adcompile numba entry>", "exec"), ns)
+    return numba.njit(error_model="numpy", nogil=True)(ns["entry"])
+
+
+def _py_ident_arg(k: int) -> str:
+    return f"a{k}"
