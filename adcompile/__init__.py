@@ -50,7 +50,8 @@ def __getattr__(name: str):  # the Numba side loads on first use, not at import
     if name in _FROM_SYMPY:  # SymPy, too, loads on first use
         import importlib
 
-        return getattr(importlib.import_module("adcompile.symbolic"), name)
+        module = "adcompile.symbolic" if name == "from_sympy" else "adcompile.symbolic_transforms"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module 'adcompile' has no attribute {name!r}")
 
 

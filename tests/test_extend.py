@@ -17,7 +17,8 @@ from adcompile.codegen import Param
 from adcompile.extend import Function, primitive
 from adcompile.ops import OPS
 from adcompile.reverse import grad_tape
-from adcompile.symbolic import from_sympy, to_sympy
+from adcompile.symbolic import from_sympy
+from adcompile.symbolic_transforms import to_sympy
 
 jit = importlib.import_module("adcompile.jit")  # ad.jit is the transform
 

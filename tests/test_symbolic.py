@@ -15,12 +15,8 @@ import adcompile as ad
 from adcompile import interpret
 from adcompile.check import GradientMismatch, check_grad
 from adcompile.ops import OPS, Op
-from adcompile.symbolic import (
-    from_sympy,
-    sympy_value_and_grad,
-    tape_to_sympy,
-    to_sympy,
-)
+from adcompile.symbolic import from_sympy, tape_to_sympy
+from adcompile.symbolic_transforms import sympy_value_and_grad, to_sympy
 from adcompile.tape import INPUT, Node, Tape
 
 x, y, z = sp.symbols("x y z")
