@@ -26,11 +26,9 @@ from a column array ``c``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -1236,87 +1234,62 @@ def plan(
     return p
 
 
-class FoldedFunction:
-    """A tape compiled with its repeated segments as loops.
+@dataclass
+class FoldedSource:
+    """The folded source of a tape, ready to compile (``adcompile.jit.FoldedFunction``).
 
-    ``call(*args) -> (ok, outputs)`` as :class:`adcompile.jit.Compiled`;
-    ``source`` is the generated module, ``explanation`` says what was folded.
-    ``fn(*args, work, columns, out) -> ok`` is the Numba function itself, with
-    ``work`` this thread's work array (``local.work``, made by the first ``call``).
-    ``segments`` may be given (a list, or a :class:`Plan` already made for
-    this tape and these params); by default they are found here.
+    ``tape`` is the tape folded (constants moved to its front when found
+    here), ``code`` the generated function and what its caller passes,
+    ``source`` the module text with ``explanation`` as its header comment,
+    ``timings`` the seconds spent finding segments and generating.
     """
 
-    kind = "folded"
-
-    def __init__(
-        self,
-        tape: Tape,
-        params: Sequence[Param],
-        fname: str,
-        doc: str = "",
-        segments: Sequence[Segment] | Plan | None = None,
-    ) -> None:
-        from .jit import compile_folded_source  # the Numba side, imported on use
-
-        self.tape = tape
-        self.params = list(params)
-        self.timings: dict[str, float] = {}  # seconds per stage
-        clock = time.perf_counter()
-
-        def lap(stage: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            self.timings[stage] = now - clock
-            clock = now
-
-        code = None
-        if isinstance(segments, Plan):
-            tape = self.tape = segments.tape
-            t, self.segments = segments.tables, list(segments.segments)
-            if segments.code is not None and (segments.fname, segments.doc) == (fname, doc):
-                code = segments.code
-        elif segments is None:  # found here, on the tape with its constants in front
-            p = plan(tape, params)
-            tape = self.tape = p.tape
-            t, self.segments = p.tables, list(p.segments)
-        else:
-            t = _Tables(tape, params)
-            self.segments = list(segments)
-        lap("find")
-        if code is None:
-            code = _Gen(tape, self.segments, params, t).source(fname, doc)
-        self.code = code
-        self.explanation = _explain(t, self.segments, code.statements, code.outlined)
-        header = "".join(f"# {ln}\n" for ln in _wrap(self.explanation, 76))
-        self.source = module_source([header + code.text])
-        lap("generate")
-        self.fn = compile_folded_source(self.source, fname, code.functions, params)
-        lap("compile")
-        self.work_size = code.work_size
-        self.local = threading.local()
-        self.columns = code.columns
-        self.n_out = len(tape.outputs)
-
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
-        out = np.empty(self.n_out)
-        # the work array is kept between calls (one per thread): a large one costs
-        # more to allocate and page in than a small loop takes to run
-        work = getattr(self.local, "work", None)
-        if work is None:
-            work = self.local.work = np.empty(self.work_size)
-        return self.fn(*args, work, self.columns, out), out
+    tape: Tape
+    segments: list[Segment]
+    code: FoldedCode
+    explanation: str
+    source: str
+    timings: dict[str, float]
 
 
-def compile_folded(
-    tape: Tape, params: Sequence[Param], fname: str, doc: str = ""
-) -> FoldedFunction:
-    """Fold ``tape`` and compile it (see :class:`FoldedFunction`)."""
-    return FoldedFunction(tape, params, fname, doc)
+def fold_source(
+    tape: Tape,
+    params: Sequence[Param],
+    fname: str,
+    doc: str = "",
+    segments: Sequence[Segment] | Plan | None = None,
+) -> FoldedSource:
+    """The folded source of ``tape``. ``segments`` may be given (a list, or a
+    :class:`Plan` already made for this tape and these params); by default they
+    are found here."""
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage] = now - clock
+        clock = now
+
+    code = None
+    if isinstance(segments, Plan):
+        tape = segments.tape
+        t, found = segments.tables, list(segments.segments)
+        if segments.code is not None and (segments.fname, segments.doc) == (fname, doc):
+            code = segments.code
+    elif segments is None:  # found here, on the tape with its constants in front
+        p = plan(tape, params)
+        tape, t, found = p.tape, p.tables, list(p.segments)
+    else:
+        t, found = _Tables(tape, params), list(segments)
+    lap("find")
+    if code is None:
+        code = _Gen(tape, found, params, t).source(fname, doc)
+    explanation = _explain(t, found, code.statements, code.outlined)
+    header = "".join(f"# {ln}\n" for ln in _wrap(explanation, 76))
+    source = module_source([header + code.text])
+    lap("generate")
+    return FoldedSource(tape, found, code, explanation, source, timings)
 
 
 def _wrap(text: str, width: int) -> list[str]:

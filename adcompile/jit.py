@@ -15,6 +15,7 @@ import sys
 import tempfile
 import textwrap
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -165,6 +166,64 @@ def compile_folded_source(
     return compile_now(getattr(mod, fname), f"boolean({', '.join(types + [arr] * 3)})")
 
 
+class FoldedFunction:
+    """A tape compiled with its repeated segments as loops (``adcompile.fold``).
+
+    ``call(*args) -> (ok, outputs)`` as :class:`Compiled`; ``source`` is the
+    generated module, ``explanation`` says what was folded, ``timings`` the
+    seconds per stage. ``fn(*args, work, columns, out) -> ok`` is the Numba
+    function itself, with ``work`` this thread's work array (``local.work``,
+    made by the first ``call``). ``segments`` may be given (a list, or a
+    ``fold.Plan`` already made for this tape and these params); by default
+    they are found here.
+    """
+
+    kind = "folded"
+
+    def __init__(
+        self,
+        tape: Tape,
+        params: Sequence[Param],
+        fname: str,
+        doc: str = "",
+        segments: Any = None,
+    ) -> None:
+        from . import fold
+
+        folded = fold.fold_source(tape, params, fname, doc, segments)
+        self.params = list(params)
+        self.tape, self.segments, self.code = folded.tape, folded.segments, folded.code
+        self.explanation, self.source = folded.explanation, folded.source
+        self.timings = dict(folded.timings)
+        clock = time.perf_counter()
+        self.fn = compile_folded_source(self.source, fname, self.code.functions, params)
+        self.timings["compile"] = time.perf_counter() - clock
+        self.work_size = self.code.work_size
+        self.local = threading.local()
+        self.columns = self.code.columns
+        self.n_out = len(self.tape.outputs)
+
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
+        out = np.empty(self.n_out)
+        # the work array is kept between calls (one per thread): a large one costs
+        # more to allocate and page in than a small loop takes to run
+        work = getattr(self.local, "work", None)
+        if work is None:
+            work = self.local.work = np.empty(self.work_size)
+        return self.fn(*args, work, self.columns, out), out
+
+
+def compile_folded(
+    tape: Tape, params: Sequence[Param], fname: str, doc: str = ""
+) -> FoldedFunction:
+    """Fold ``tape`` and compile it (see :class:`FoldedFunction`)."""
+    return FoldedFunction(tape, params, fname, doc)
+
+
 def clear_cache() -> int:
     """Delete every file in the cache directory; how many were deleted."""
     n = 0
@@ -188,7 +247,7 @@ class Compiled:
     ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
     recorded while tracing does not hold for these inputs. Straight-line code
     has its Numba function as ``fn(*args, out) -> ok``, folded code its
-    :class:`adcompile.fold.FoldedFunction` as ``folded``.
+    :class:`FoldedFunction` as ``folded``.
     """
 
     def __init__(
@@ -219,8 +278,6 @@ class Compiled:
             )
         self.kind = kind
         if kind == "folded":
-            from .fold import FoldedFunction
-
             folded = self.folded = FoldedFunction(tape, params, fname, doc, segments=plan)
             self.explanation = folded.explanation
             self.source = folded.source

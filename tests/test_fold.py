@@ -8,6 +8,7 @@ hypothesis draws, which keeps those fast.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 import time
@@ -24,6 +25,8 @@ from adcompile.ops import OPS
 from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
 from adcompile.tape import CONST, INPUT, Guard, Node, Tape
+
+jit = importlib.import_module("adcompile.jit")  # the module (ad.jit is the transform)
 
 RTOL = 1e-12
 
@@ -62,10 +65,10 @@ def assert_matches(got, tape: Tape, args) -> None:
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=0)
 
 
-def compiled_check(f, *args, name: str = "f") -> fold.FoldedFunction:
+def compiled_check(f, *args, name: str = "f") -> jit.FoldedFunction:
     """Trace f, fold its gradient tape, compile, compare with the interpreter."""
     gt = grad_tape(ad.trace(f, *args))
-    ff = fold.compile_folded(gt, params_of(*args), name)
+    ff = jit.compile_folded(gt, params_of(*args), name)
     ok, out = ff.call(*flat_args(*args))
     assert ok
     assert_matches(out, gt, args)
@@ -173,7 +176,7 @@ def mlp_data(n):
 def test_mlp_loop_over_examples_folds_per_example():
     p, X, y = mlp_data(8)
     gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
-    ff = fold.compile_folded(gt, params_of(p, X, y), "mlp")
+    ff = jit.compile_folded(gt, params_of(p, X, y), "mlp")
     ok, out = ff.call(*flat_args(p, X, y))
     assert ok
     assert_matches(out, gt, (p, X, y))
@@ -630,7 +633,7 @@ def test_a_long_loop_body_is_outlined_and_its_inner_loops_fold():
     p = rng.uniform(-1, 1, 3 * h + h * h + 2 * h + 1)
     X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
     gt = grad_tape(ad.trace(make_mlp_loss(h), p, X, y), wrt=range(len(p)))
-    ff = fold.compile_folded(gt, params_of(p, X, y), "mlp")
+    ff = jit.compile_folded(gt, params_of(p, X, y), "mlp")
     ok, out = ff.call(*flat_args(p, X, y))
     assert ok
     assert_matches(out, gt, (p, X, y))
