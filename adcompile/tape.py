@@ -120,13 +120,14 @@ class Tape:
             f"{len(self.outputs)} outputs, {len(self.guards)} guards>"
         )
 
-    # The stages after the tape are imported on use, so that importing the
-    # tape never pulls in Numba or SymPy.
     def evaluate(self, *args: float) -> list[float]:
-        """The outputs, computed by the interpreter."""
-        from .interpret import evaluate
+        """The outputs at these inputs (floats), by the forward sweep."""
+        if len(args) != len(self.inputs):
+            raise TypeError(f"this tape takes {len(self.inputs)} inputs, got {len(args)}")
+        vals = forward_sweep(self, [float(a) for a in args])
+        return [vals[o] for o in self.outputs]
 
-        return evaluate(self, args)
+    # SymPy is imported on use, so that importing the tape never pulls it in.
 
     def to_sympy(self) -> list:
         """The outputs as SymPy expressions, in symbols named after the inputs."""
