@@ -77,9 +77,7 @@ def test_global_rebound_to_other_array_and_shape():
     vg(W)
     X, Y, LAM = rng.normal(size=(40, 3)), -Y, 0.7
     value, grad = vg(W)
-    assert value == pytest.approx(
-        np.mean(np.log1p(np.exp(-Y * (X @ W)))) + LAM * W @ W, rel=1e-12
-    )
+    assert value == pytest.approx(np.mean(np.log1p(np.exp(-Y * (X @ W)))) + LAM * W @ W, rel=1e-12)
     np.testing.assert_allclose(grad, logistic_grad(W, X, Y, LAM), rtol=1e-12)
     X, Y = rng.normal(size=(25, 3)), np.sign(rng.normal(size=25))  # a new shape
     np.testing.assert_allclose(vg(W)[1], logistic_grad(W, X, Y, LAM), rtol=1e-12)
