@@ -1,10 +1,16 @@
 """``Value``: the micrograd-compatible scalar that records what is done to it.
 
-A Value holds its op and its operands, nothing else: no closure that points
-back at the Value itself, so a dropped graph is freed by reference counting
-alone. ``backward()`` lays the graph out as a tape and runs the tape's
-reverse sweep. The same Values, made while tracing, become a tape for the
-compiler (``build_tape``); comparisons made then are kept as guards.
+A Value holds its op and its operands (in two slots, ``_a`` and ``_b``: no
+tuple per op), nothing else: no closure that points back at the Value itself,
+so a dropped graph is freed by reference counting alone. ``backward()``
+collects the Values that take a gradient, sorts them by creation (a
+topological order) and runs each op's reverse step. The operator methods and
+the reverse steps are Python source generated once from the op table (its
+float functions and derivative rules), so the table stays the one definition
+of every primitive. The same Values, made while tracing, become a tape for
+the compiler (``build_tape``); comparisons made then are kept as guards, and
+each op's source line is kept as (code, offset) and written out only when a
+tape is built.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import math
 import numbers
 import operator
 import sys
+import textwrap
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
@@ -35,7 +42,9 @@ class TraceState:
 
     def __init__(self) -> None:
         self.guards: list[tuple[str, Value, Value, bool, str]] = []
-        self.where: dict[int, str] = {}  # Value serial -> the user's line that made it
+        # Value serial -> where the user's code made it, as (code, instruction
+        # offset): made into "file:line" text only when a tape is built from it.
+        self.where: dict[int, tuple[Any, int] | None] = {}
 
 
 class NonFiniteError(FloatingPointError):
@@ -51,6 +60,13 @@ class Mode(NamedTuple):
 
 
 _MODE: ContextVar[Mode] = ContextVar("adcompile_mode", default=Mode())  # noqa: B039 (immutable)
+_DEFAULT_MODE = _MODE.get()
+
+# A Value that takes no gradient (a constant, a requires_grad=False leaf, a result
+# made under no_grad) has _adj = _SINK for good: the reverse steps add into it
+# without testing, and backward() never reads it. Any other Value has _adj None
+# except while backward() runs.
+_SINK = 0.0
 
 
 def debug_nans_enabled() -> bool:
@@ -80,6 +96,32 @@ def _caller_line(depth: int = 2) -> str:
     while f is not None and f.f_globals.get("__name__", "").startswith(_LIBRARY_FRAMES):
         f = f.f_back
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
+
+
+def _caller_site(depth: int = 2) -> tuple[Any, int] | None:
+    """``(code, instruction offset)`` in the first frame outside adcompile, cheaply.
+
+    ``_site_text`` turns it into ``file:line`` when a tape or an error needs it
+    (a line number costs more to find than the whole op). Only the code object
+    is kept, never the frame: no cycles, no locals kept alive.
+    """
+    f = sys._getframe(depth)
+    while f is not None and f.f_globals.get("__name__", "").startswith(_LIBRARY_FRAMES):
+        f = f.f_back
+    return None if f is None else (f.f_code, f.f_lasti)
+
+
+def _site_text(site: tuple[Any, int] | None) -> str:
+    """``file:line`` of a site ``_caller_site`` found."""
+    if site is None:
+        return "?"
+    code, lasti = site
+    line = code.co_firstlineno
+    for start, end, n in code.co_lines():
+        if start <= lasti < end:
+            line = n if n is not None else line
+            break
+    return f"{code.co_filename}:{line}"
 
 
 def _bad_operand(other: Any, what: str) -> TypeError:
@@ -115,48 +157,184 @@ def _result(op: Op, operands: tuple, data: float) -> Value:
     out.data = data
     out.grad = 0.0
     out.label = ""
-    out._adj = None
     out._serial = next(_serial)
-    mode = _MODE.get()
-    if mode is not _DEFAULT_MODE:
-        if mode.nans and not math.isfinite(data) and all(math.isfinite(v.data) for v in operands):
-            raise nonfinite_error(op, [v.data for v in operands], data, _caller_line())
-        if mode.trace is not None:
-            mode.trace.where[out._serial] = _caller_line()
-        if not mode.grad:
-            operands = ()
+    if _MODE.get() is not _DEFAULT_MODE:
+        return _moded(out, op, operands)
     for v in operands:
-        if v.requires_grad:
+        if v._rg:
             out._fn = op
-            out._prev = operands
-            out.requires_grad = True
+            _link(out, operands)
+            out._rg = True
+            out._adj = None
             return out
     out._fn = None
-    out._prev = ()
-    out.requires_grad = False
+    out._a = out._b = None
+    out._rg = False
+    out._adj = _SINK
     return out
 
 
-def _binop(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:
-    """The operator method for a binary op (``__add__``, ``__rsub__`` ...)."""
-    op = OPS[name]
-    ev = op.eval
+def _moded(out: Value, op: Op, operands: tuple) -> Value:
+    """``_result``'s ending outside the default mode (debug_nans, tracing, no_grad)."""
+    mode = _MODE.get()
+    if mode.nans and not math.isfinite(out.data) and all(math.isfinite(v.data) for v in operands):
+        raise nonfinite_error(op, [v.data for v in operands], out.data, _caller_line())
+    if mode.trace is not None:
+        mode.trace.where[out._serial] = _caller_site(3)
+    if mode.grad:
+        for v in operands:
+            if v._rg:
+                out._fn = op
+                _link(out, operands)
+                out._rg = True
+                out._adj = None
+                return out
+    out._fn = None
+    out._a = out._b = None
+    out._rg = False
+    out._adj = _SINK
+    return out
 
-    def method(self: Value, other: Any) -> Value:
-        if type(other) is not Value:
-            if isinstance(other, numbers.Real) and not isinstance(other, Value):
-                other = _const(other)
-            elif isinstance(other, Value):
-                pass
-            elif isinstance(other, (np.ndarray, list, tuple)):
+
+def _link(out: Value, operands: Sequence[Value]) -> None:
+    """Record ``operands`` in ``out``: ``_a`` the first, ``_b`` the second (or a tuple
+    of the rest, for three or more), so that a unary or binary op allocates no tuple."""
+    n = len(operands)
+    out._a = operands[0] if n else None
+    out._b = None if n < 2 else (operands[1] if n == 2 else tuple(operands[1:]))
+
+
+def _operand(other: Any, op: Op) -> Any:
+    """A binary operator's other operand as a Value (NotImplemented for arrays)."""
+    if type(other) is float or type(other) is int:
+        return _const(other)
+    if isinstance(other, numbers.Real) and not isinstance(other, Value):
+        return _const(other)
+    if isinstance(other, Value):
+        return other
+    if isinstance(other, (np.ndarray, list, tuple)):
+        return NotImplemented
+    raise _bad_operand(other, op.symbol or op.name)
+
+
+# Python's own float operators: an op whose eval is one of these is written
+# inline in generated code (the same arithmetic, without a call).
+_INFIX = {float.__add__: "+", float.__sub__: "-", float.__mul__: "*"}
+_PREFIX = {float.__neg__: "-"}
+
+
+def _eval_src(op: Op, args: Sequence[str], env: dict) -> str:
+    """Source that evaluates ``op`` on float expressions ``args``, as ``op.eval`` does."""
+    if op.arity == 2 and op.eval in _INFIX:
+        return f"({args[0]} {_INFIX[op.eval]} {args[1]})"
+    if op.arity == 1 and op.eval in _PREFIX:
+        return f"({_PREFIX[op.eval]}{args[0]})"
+    key = f"_ev_{op.name}" if op.name.isidentifier() else f"_ev_{id(op)}"
+    if env.get(key, op.eval) is not op.eval:  # another op of that name (not in the table)
+        key = f"_ev_{id(op)}"
+    env[key] = op.eval
+    return f"{key}({', '.join(args)})"
+
+
+_BINOP_SRC = """
+def method(self, other):
+    if type(other) is not Value:
+        if type(other) is float and other:
+            c = _CONSTS.get(other)
+            other = c if c is not None else _const(other)
+        else:
+            other = _operand(other, op)
+            if other is NotImplemented:
                 return NotImplemented
-            else:
-                raise _bad_operand(other, op.symbol or op.name)
-        if reflected:
-            return _result(op, (other, self), ev(other.data, self.data))
-        return _result(op, (self, other), ev(self.data, other.data))
+    {pair}
+    out = _new(Value)
+    out.data = {expr}
+    out.grad = 0.0
+    out.label = ""
+    out._serial = next(_serial)
+    if _MODE.get() is not _DEFAULT_MODE:
+        return _moded(out, op, (a, b))
+    if a._rg or b._rg:
+        out._fn = op
+        out._a = a
+        out._b = b
+        out._rg = True
+        out._adj = None
+    else:
+        out._fn = None
+        out._a = out._b = None
+        out._rg = False
+        out._adj = _SINK
+    return out
+"""
 
+_UNARY_SRC = """
+def method(a):
+    out = _new(Value)
+    out.data = {expr}
+    out.grad = 0.0
+    out.label = ""
+    out._serial = next(_serial)
+    if _MODE.get() is not _DEFAULT_MODE:
+        return _moded(out, op, (a,))
+    if a._rg:
+        out._fn = op
+        out._a = a
+        out._b = None
+        out._rg = True
+        out._adj = None
+    else:
+        out._fn = None
+        out._a = out._b = None
+        out._rg = False
+        out._adj = _SINK
+    return out
+"""
+
+
+def _compiled(src: str, env: dict, name: str) -> Any:
+    env.update(
+        __name__=__name__,  # a library frame: error messages name the user's line
+        Value=Value,
+        _new=_new,
+        _serial=_serial,
+        _MODE=_MODE,
+        _DEFAULT_MODE=_DEFAULT_MODE,
+        _moded=_moded,
+        _const=_const,
+        _CONSTS=_CONSTS,
+        _SINK=_SINK,
+        _operand=_operand,
+    )
+    exec(compile(src, f"<adcompile.value {name}>", "exec"), env)  # noqa: S102
+    return env["method"]
+
+
+def _binop(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:
+    """The operator method for a binary op (``__add__``, ``__rsub__`` ...).
+
+    Its source is made from the op table's entry: the op's eval, inline where
+    it is Python's own float operator.
+    """
+    op = OPS[name]
+    env: dict = {"op": op}
+    src = _BINOP_SRC.format(
+        pair="a, b = other, self" if reflected else "a, b = self, other",
+        expr=_eval_src(op, ("a.data", "b.data"), env),
+    )
+    method = _compiled(src, env, name)
     method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    method.__qualname__ = f"Value.{method.__name__}"
+    return method
+
+
+def _unary(op: Op) -> Callable[[Value], Value]:
+    """The method for a unary op (``v.sin()``, ``-v``), made from the op table's entry."""
+    env: dict = {"op": op}
+    method = _compiled(_UNARY_SRC.format(expr=_eval_src(op, ("a.data",), env)), env, op.name)
+    method.__name__ = op.name
+    method.__qualname__ = f"Value.{op.name}"
+    method.__doc__ = f"{op.name} of this Value (recorded)."
     return method
 
 
@@ -167,9 +345,10 @@ class Value:
         "data",
         "grad",
         "_fn",
-        "_prev",
+        "_a",
+        "_b",
         "label",
-        "requires_grad",
+        "_rg",
         "_serial",
         "_adj",
         "__weakref__",
@@ -186,11 +365,12 @@ class Value:
         self.data = data if type(data) is float else _as_float(data)
         self.grad = 0.0
         self._fn: Op | None = None
-        self._prev: tuple[Value, ...] = tuple(_children)
+        _link(self, tuple(_children))  # micrograd's _children (kept for _prev only)
         self.label = label
-        self.requires_grad = requires_grad
+        self._rg = bool(requires_grad)
         self._serial = next(_serial)
-        self._adj: float | None = None  # the adjoint while backward() runs
+        # None, or while backward() runs the adjoint; _SINK if it takes no gradient
+        self._adj: float | None = None if self._rg else _SINK
 
     # -- recording ---------------------------------------------------------
 
@@ -200,7 +380,9 @@ class Value:
         vals = []
         for a in args:
             if type(a) is not Value:
-                if isinstance(a, numbers.Real) and not isinstance(a, Value):
+                if type(a) is float or type(a) is int:
+                    a = _const(a)
+                elif isinstance(a, numbers.Real) and not isinstance(a, Value):
                     a = _const(a)
                 elif isinstance(a, Value):
                     pass
@@ -210,6 +392,27 @@ class Value:
         return _result(op, tuple(vals), op.eval(*[v.data for v in vals]))
 
     @property
+    def requires_grad(self) -> bool:
+        """Whether ``backward()`` computes a gradient for this Value (and what it depends on)."""
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, flag: bool) -> None:
+        self._rg = bool(flag)
+        self._adj = None if self._rg else _SINK
+
+    @property
+    def _prev(self) -> tuple[Value, ...]:
+        """The operands (micrograd's ``_prev``), held as ``_a`` and ``_b``."""
+        a = self._a
+        if a is None:
+            return ()
+        b = self._b
+        if b is None:
+            return (a,)
+        return (a, *b) if type(b) is tuple else (a, b)
+
+    @property
     def _op(self) -> str:
         """micrograd's op label: ``'+'``, ``'*'``, ``'tanh'`` ... (``''`` for leaves)."""
         fn = self._fn
@@ -217,25 +420,11 @@ class Value:
 
     # -- operators ---------------------------------------------------------
 
-    __add__ = _binop("add")
-    __radd__ = _binop("add", reflected=True)
-    __sub__ = _binop("sub")
-    __rsub__ = _binop("sub", reflected=True)
-    __mul__ = _binop("mul")
-    __rmul__ = _binop("mul", reflected=True)
-    __truediv__ = _binop("div")
-    __rtruediv__ = _binop("div", reflected=True)
-    __pow__ = _binop("pow")
-    __rpow__ = _binop("pow", reflected=True)
-
-    def __neg__(self) -> Value:
-        return Value._apply(_NEG, (self,))
+    # The operators (__add__, __radd__ ... __neg__, __abs__) and one method per
+    # op (sin, tanh ...) are generated from the op table below the class.
 
     def __pos__(self) -> Value:
         return self
-
-    def __abs__(self) -> Value:
-        return Value._apply(_ABS, (self,))
 
     # -- comparisons: a bool from .data; while tracing, kept as a guard -----
 
@@ -319,49 +508,200 @@ class Value:
         """Add d self / d v to ``v.grad`` for every Value ``v`` this one depends on.
 
         Each call adds the same gradients again (PyTorch's ``retain_graph=True``).
-        The sweep reads each op's derivative rules from the op table, as the
-        tape's reverse sweep does; adjoints live on the Values while it runs.
+        The sweep runs each op's derivative rules from the op table (as source
+        made from them once, see ``_backward_step``); adjoints live on the
+        Values while it runs.
         """
-        order = topological_order([self])
-        self._adj = float(gradient)
+        if not self._rg:  # a constant: nothing to pass a gradient to
+            self.grad += float(gradient)
+            return
+        order = _grad_order(self)
         try:
-            for k in range(len(order) - 1, -1, -1):
-                v = order[k]
-                g = v._adj
-                if g is None:
-                    continue
-                v._adj = None
-                v.grad += g
-                fn = v._fn
-                if fn is None:
-                    continue
-                prev = v._prev
-                rules = fn.vjp
-                out = v.data
-                if len(prev) == 1:
-                    (a,) = prev
-                    if a.requires_grad and rules[0] is not None:
-                        c = rules[0](g, out, a.data)
-                        a._adj = c if a._adj is None else a._adj + c
-                    continue
-                if len(prev) == 2:
-                    a, b = prev
-                    ad, bd = a.data, b.data
-                    if a.requires_grad and rules[0] is not None:
-                        c = rules[0](g, out, ad, bd)
-                        a._adj = c if a._adj is None else a._adj + c
-                    if b.requires_grad and rules[1] is not None:
-                        c = rules[1](g, out, ad, bd)
-                        b._adj = c if b._adj is None else b._adj + c
-                    continue
-                argvals = [p.data for p in prev]
-                for rule, p in zip(rules, prev):
-                    if rule is not None and p.requires_grad:
-                        c = rule(g, out, *argvals)
-                        p._adj = c if p._adj is None else p._adj + c
-        finally:
+            self._adj = float(gradient)
+            _sweep(order, _STEPS, _backward_step)
+        except BaseException:
             for v in order:
                 v._adj = None
+            raise
+
+
+# While backward() runs, a Value's _adj is _SEEN once the sweep will reach it,
+# then the sum of the contributions it has had (0 + c is c).
+_SEEN = 0
+
+
+def _grad_order(root: Value) -> list[Value]:
+    """The Values that take a gradient from ``root``, in creation (topological) order.
+
+    ``root`` must take a gradient; each Value found is marked ``_SEEN``.
+    """
+    found = [root]
+    root._adj = _SEEN
+    stack = [root]
+    pop, push, keep = stack.pop, stack.append, found.append
+    try:
+        while stack:
+            v = pop()
+            p = v._a
+            if p is not None:
+                if p._adj is None:
+                    p._adj = _SEEN
+                    keep(p)
+                    push(p)
+                p = v._b
+                if p is not None:
+                    if type(p) is tuple:
+                        for q in p:
+                            if q._adj is None:
+                                q._adj = _SEEN
+                                keep(q)
+                                push(q)
+                    elif p._adj is None:
+                        p._adj = _SEEN
+                        keep(p)
+                        push(p)
+    except BaseException:
+        for v in found:
+            v._adj = None
+        raise
+    found.sort(key=_serial_of)
+    return found
+
+
+class _Src:
+    """A derivative rule's argument while the rule is turned into source."""
+
+    __slots__ = ("src",)
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+
+    @classmethod
+    def _apply(cls, op: Op, args: Sequence[Any]) -> _Src:  # what ops.apply calls
+        return _Src(_eval_src(op, [_src_of(a) for a in args], _SRC_ENV))
+
+    def _infix(self, sym: str, other: Any, reflected: bool = False) -> _Src:
+        a, b = _src_of(self), _src_of(other)
+        return _Src(f"({b} {sym} {a})" if reflected else f"({a} {sym} {b})")
+
+    def __add__(self, o: Any) -> _Src:
+        return self._infix("+", o)
+
+    def __radd__(self, o: Any) -> _Src:
+        return self._infix("+", o, True)
+
+    def __sub__(self, o: Any) -> _Src:
+        return self._infix("-", o)
+
+    def __rsub__(self, o: Any) -> _Src:
+        return self._infix("-", o, True)
+
+    def __mul__(self, o: Any) -> _Src:
+        return self._infix("*", o)
+
+    def __rmul__(self, o: Any) -> _Src:
+        return self._infix("*", o, True)
+
+    def __truediv__(self, o: Any) -> _Src:
+        return self._infix("/", o)
+
+    def __rtruediv__(self, o: Any) -> _Src:
+        return self._infix("/", o, True)
+
+    def __pow__(self, o: Any) -> _Src:
+        return self._infix("**", o)
+
+    def __rpow__(self, o: Any) -> _Src:
+        return self._infix("**", o, True)
+
+    def __neg__(self) -> _Src:
+        return _Src(f"(-{self.src})")
+
+    def _branch(self, *_: Any) -> Any:
+        raise TypeError("a rule that branches on its arguments is called, not written down")
+
+    __bool__ = __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _branch
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _src_of(x: Any) -> str:
+    if isinstance(x, _Src):
+        return x.src
+    if type(x) in (int, float) and math.isfinite(x):
+        return repr(x)
+    raise TypeError(f"not a source operand: {x!r}")
+
+
+_SRC_ENV: dict[str, Any] = {}
+
+_STEP_SRC = """
+def step(v, g):
+    {unpack}
+{body}
+"""
+
+
+def _backward_step(op: Op) -> Callable[[Value, float], None]:
+    """The reverse step of ``op``: add each operand's contribution to its ``_adj``.
+
+    Its source is made once, by running the op's derivative rules (from the
+    op table) on placeholders that write down the arithmetic they do; the
+    generated step then does exactly that arithmetic on floats, without the
+    calls and dispatch of running the rules. A rule that cannot be written
+    down this way (it branches, or calls ``math`` on its arguments) is called
+    as it is.
+    """
+    n = op.arity
+    names = [f"x{k}" for k in range(n)]
+    env: dict[str, Any] = {"__name__": __name__}
+    try:
+        with _step_lock:
+            _SRC_ENV.clear()
+            exprs = []
+            for rule in op.vjp:
+                if rule is None:
+                    exprs.append(None)
+                else:
+                    r = rule(_Src("g"), _Src("v.data"), *[_Src(f"{x}.data") for x in names])
+                    exprs.append(_src_of(r))
+            env.update(_SRC_ENV)
+            risky = any(f not in _SAFE_EVALS for f in _SRC_ENV.values())
+    except Exception:  # noqa: BLE001 - any rule we cannot write down is called instead
+        env = {"__name__": __name__, "rules": op.vjp}
+        risky = True
+        exprs = [
+            None
+            if rule is None
+            else f"rules[{k}](g, v.data, {', '.join(x + '.data' for x in names)})"
+            for k, rule in enumerate(op.vjp)
+        ]
+    body = []
+    for x, e in zip(names, exprs):
+        if e is None:
+            continue
+        if risky or "_ev_" in e or "rules[" in e or "/" in e or "**" in e:
+            # a call costs more than the test (and Python's / and **, or a rule called
+            # as it is, may raise on a constant operand, which needs no gradient)
+            body.append(f"    if {x}._rg:\n        {x}._adj += {e}")
+        else:  # float arithmetic that cannot raise: a constant's _adj is a sink
+            body.append(f"    {x}._adj += {e}")
+    src = _STEP_SRC.format(
+        unpack=_UNPACK.get(n, f"x0 = v._a\n    {', '.join(names[1:])}, = v._b"),
+        body="\n".join(body) or "    pass",
+    )
+    exec(compile(src, f"<adcompile.value backward {op.name}>", "exec"), env)  # noqa: S102
+    step = env["step"]
+    step.source = src
+    step.body = src.split("\n", 2)[2]  # the lines after "def step(v, g):"
+    _STEPS[op] = step
+    return step
+
+
+_STEPS: dict[Op, Callable[[Value, float], None]] = {}
+# The built-in ops' float functions, which answer nan or inf and never raise.
+_SAFE_EVALS = {op.eval for op in OPS.values()}
+_UNPACK = {1: "x0 = v._a", 2: "x0 = v._a\n    x1 = v._b"}
+_step_lock = threading.Lock()
 
 
 def _const(x: Any) -> Value:
@@ -382,11 +722,11 @@ def _const(x: Any) -> Value:
     v.data = x
     v.grad = 0.0
     v._fn = None
-    v._prev = ()
+    v._a = v._b = None
     v.label = ""
-    v.requires_grad = False
+    v._rg = False
     v._serial = next(_serial)
-    v._adj = None
+    v._adj = _SINK
     if len(_CONSTS) > 4096:
         _CONSTS.clear()
     _CONSTS[x] = v
@@ -409,22 +749,23 @@ COMPARE_FLOATS = {
 
 
 def _method(op: Op) -> Any:
-    ev = op.eval
     if op.arity == 1:
+        return _unary(op)
 
-        def method(self: Value) -> Value:
-            return _result(op, (self,), ev(self.data))
-
-    else:
-
-        def method(self: Value, *args: Any) -> Value:
-            return Value._apply(op, (self, *args))
+    def method(self: Value, *args: Any) -> Value:
+        return Value._apply(op, (self, *args))
 
     method.__name__ = op.name
     method.__doc__ = f"{op.name} of this Value (recorded)."
     return method
 
 
+for _name in ("add", "sub", "mul", "truediv", "pow"):
+    _opname = "div" if _name == "truediv" else _name
+    setattr(Value, f"__{_name}__", _binop(_opname))
+    setattr(Value, f"__r{_name}__", _binop(_opname, reflected=True))
+Value.__neg__ = _unary(_NEG)
+Value.__abs__ = _unary(_ABS)
 # Every op becomes a method named as NumPy's ufunc is (so np.sin(object_array)
 # calls v.sin()), except the ones Python operators already cover.
 for _op in OPS.values():
@@ -442,13 +783,21 @@ def topological_order(roots: Iterable[Value]) -> list[Value]:
     seen: set[Value] = set()
     found: list[Value] = []
     stack = list(roots)
-    pop, push, add, keep = stack.pop, stack.extend, seen.add, found.append
+    pop, push, extend, add, keep = stack.pop, stack.append, stack.extend, seen.add, found.append
     while stack:
         v = pop()
         if v not in seen:
             add(v)
             keep(v)
-            push(v._prev)
+            a = v._a
+            if a is not None:
+                push(a)
+                b = v._b
+                if b is not None:
+                    if type(b) is tuple:
+                        extend(b)
+                    else:
+                        push(b)
     found.sort(key=_serial_of)
     return found
 
@@ -469,7 +818,7 @@ def build_tape(
     guards: Sequence[tuple] = (),
     names: Sequence[str] | None = None,
     order: list[Value] | None = None,
-    where: dict[int, str] | None = None,
+    where: dict[int, Any] | None = None,
 ) -> Tape:
     """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape.
 
@@ -488,7 +837,14 @@ def build_tape(
         elif id(v) in input_ids:
             node = input_node
         else:
-            node = mk(Node, (fn, tuple([index[id(p)] for p in v._prev]), 0.0))
+            b = v._b
+            if b is None:
+                args = (index[id(v._a)],)
+            elif type(b) is tuple:
+                args = tuple([index[id(p)] for p in v._prev])
+            else:
+                args = (index[id(v._a)], index[id(b)])
+            node = mk(Node, (fn, args, 0.0))
         index[id(v)] = k
         nodes.append(node)
     tape_guards = [
@@ -502,11 +858,25 @@ def build_tape(
         [index[id(v)] for v in outputs],
         tape_guards,
         names,
-        where=None if where is None else [where.get(v._serial, "") for v in order],
+        where=None if where is None else _where_texts(where, order),
     )
 
 
-_DEFAULT_MODE = _MODE.get()
+def _where_texts(where: dict[int, Any], order: Sequence[Value]) -> list[str]:
+    """The user's line (``file:line``) of each Value in ``order`` (``""`` if not recorded)."""
+    texts: dict[Any, str] = {None: "?"}
+    out = []
+    for v in order:
+        site = where.get(v._serial)
+        if site is None and v._serial not in where:
+            out.append("")
+            continue
+        text = texts.get(site)
+        if text is None:
+            text = texts[site] = _site_text(site)
+        out.append(text)
+    return out
+
 
 _gc_lock = threading.Lock()
 _gc_depth = 0
@@ -581,10 +951,11 @@ def tracing() -> Iterator[TraceState]:
 def _function(op: Op) -> Any:
     ev = op.eval
     if op.arity == 1:
+        method = _unary(op)
 
         def f(x: Any) -> Any:
             if type(x) is Value:
-                return _result(op, (x,), ev(x.data))
+                return method(x)
             if type(x) is float:
                 return ev(x)
             return ops.apply(op, x)
@@ -602,3 +973,44 @@ def _function(op: Op) -> Any:
 
 
 FUNCTIONS = {name: _function(op) for name, op in OPS.items()}
+
+
+_SWEEP_SRC = """
+def sweep(order, steps, make_step):
+    for v in reversed(order):
+        g = v._adj
+        v._adj = None
+        if g is _SEEN:  # no gradient reaches it (only through zero-derivative rules)
+            continue
+        v.grad += g
+        fn = v._fn
+        if fn is None:
+            continue
+{inline}
+        step = steps.get(fn)
+        if step is None:
+            step = make_step(fn)
+        step(v, g)
+"""
+
+
+def _make_sweep(inline: Sequence[str]) -> Callable[..., None]:
+    """The reverse sweep over ``order``, the steps of the ``inline`` ops written into it."""
+    env: dict[str, Any] = {"__name__": __name__, "_SEEN": _SEEN}
+    parts = []
+    for k, name in enumerate(inline):
+        op = OPS[name]
+        step = _backward_step(op)
+        env.update((n, x) for n, x in step.__globals__.items() if n.startswith("_ev_"))
+        env[f"_op{k}"] = op
+        body = textwrap.indent(step.body, " " * 8).rstrip()
+        parts.append(f"        if fn is _op{k}:\n{body}\n            continue")
+    src = _SWEEP_SRC.format(inline="\n".join(parts))
+    exec(compile(src, "<adcompile.value backward sweep>", "exec"), env)  # noqa: S102
+    sweep = env["sweep"]
+    sweep.source = src
+    return sweep
+
+
+# The Python operators' steps run inline (most ops of a typical graph are these).
+_sweep = _make_sweep(("add", "mul", "sub"))

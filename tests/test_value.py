@@ -520,3 +520,108 @@ def test_requires_grad_false_skips_the_reverse_work_of_constant_subgraphs():
     for _ in range(1000):
         k2 = (k2 * 0.5).sin() + c2
     assert len(topological_order([x * k2 + x])) > 3000
+
+
+# ---------------------------------------------------------------- generated fast paths
+
+
+def _point(op):
+    lo, hi = op.domain
+    return [lo + (hi - lo) * (0.37 + 0.21 * k) for k in range(op.arity)]
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_eager_backward_adds_exactly_what_the_op_tables_rules_give(name):
+    # the reverse step backward() runs is source made from the op's rules; it must
+    # give the very floats the rules give when called on floats (bit for bit)
+    op = OPS[name]
+    xs = _point(op)
+    vs = [Value(x) for x in xs]
+    out = Value._apply(op, vs)
+    assert out.data == op.eval(*xs)
+    out.backward(0.75)
+    for k, v in enumerate(vs):
+        rule = op.vjp[k]
+        want = 0.0 if rule is None else rule(0.75, out.data, *xs)
+        assert v.grad == want, (name, k, v.grad, want)
+
+
+def test_backward_matches_central_differences_through_operators_with_numbers():
+    # an independent check of the inline steps: operators with numbers on both sides
+    def f(x):
+        return (2.0 - x) * 3 + 1.5 / (x + 4) - x * x * 0.25 + 2**x
+
+    x = Value(0.8)
+    f(x).backward()
+    fd = central_diff(lambda t: f(Value(float(t[0]))).data, [0.8], [1.0])
+    assert x.grad == pytest.approx(fd, rel=1e-7)
+
+
+def test_a_rule_that_branches_or_calls_math_is_called_as_it_is():
+    from adcompile.ops import Op
+    from adcompile.value import _backward_step
+
+    branching = Op("t_branch", 1, abs, "abs({0})", (lambda g, out, a: g if a > 0 else -g,))
+    with_math = Op("t_math", 1, math.sin, "math.sin({0})", (lambda g, out, a: g * math.cos(a),))
+    assert "rules[0]" in _backward_step(branching).source
+    assert "rules[0]" in _backward_step(with_math).source
+    for op, x, want in [(branching, -2.0, -1.0), (branching, 3.0, 1.0), (with_math, 0.4, 0)]:
+        v = Value(x)
+        Value._apply(op, [v]).backward()
+        assert v.grad == (math.cos(0.4) if op is with_math else want)
+
+
+def test_ops_of_three_operands_and_micrograd_children():
+    from adcompile.ops import Op
+
+    fma = Op(
+        "t_fma",
+        3,
+        lambda a, b, c: a * b + c,
+        "({0} * {1} + {2})",
+        (lambda g, out, a, b, c: g * b, lambda g, out, a, b, c: g * a, lambda g, out, a, b, c: g),
+    )
+    a, b, c = Value(2.0), Value(3.0), Value(5.0)
+    out = Value._apply(fma, [a, b, c])
+    assert out._prev == (a, b, c) and out.data == 11.0
+    (out * out).backward()
+    assert (a.grad, b.grad, c.grad) == (2 * 11.0 * 3.0, 2 * 11.0 * 2.0, 2 * 11.0)
+    # micrograd's Value(data, _children, _op) keeps its children
+    leaf = Value(1.0, (a, b), "+")
+    assert leaf._prev == (a, b)
+    assert Value(1.0, (a,))._prev == (a,) and Value(1.0)._prev == ()
+
+
+def test_tracing_names_the_users_line_of_every_op():
+    def f(x):
+        y = ad.sin(x) * 2.0  # line A
+        return y + x.tanh()  # line B
+
+    tape = ad.trace(f, 0.3)
+    first = f.__code__.co_firstlineno
+    lines = {w.rsplit(":", 1)[1] for w in tape.where if w}
+    assert lines == {str(first + 1), str(first + 2)}
+    assert all(w.rsplit(":", 1)[0] == __file__ for w in tape.where if w)
+
+
+def test_tracing_keeps_no_frame_or_local_alive():
+    import weakref
+
+    class Big:
+        pass
+
+    seen = []
+
+    def f(x):
+        big = Big()  # a local of the traced function
+        seen.append(weakref.ref(big))
+        return x * 2.0 + 1.0
+
+    gc.collect()
+    gc.disable()
+    try:
+        tape = ad.trace(f, 0.3)
+        assert seen[0]() is None  # freed by reference counting once f returned
+    finally:
+        gc.enable()
+    assert len(tape) > 0
