@@ -307,7 +307,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
     print(ascii_boundary(predict, X, y))
     print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
-    if args.out and not _plot(predict, X, y, args.out):
+    if args.out and not _plot(predict, X, y, args.out, accuracy):
         return 1
     return 0
 
@@ -356,7 +356,9 @@ def ascii_boundary(
     return "\n".join([border, *("|" + "".join(r) + "|" for r in grid), border])
 
 
-def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> bool:
+def _plot(
+    predict: Callable[[Any], Any], X: Any, y: Any, path: str, accuracy: float | None = None
+) -> bool:
     """Save a picture of the decision boundary to ``path``; False if it cannot be written."""
     try:
         import matplotlib
@@ -374,8 +376,16 @@ def _plot(predict: Callable[[Any], Any], X: Any, y: Any, path: str) -> bool:
     fig, ax = plt.subplots(figsize=(6, 5))
     style = dict(cmap=plt.cm.Spectral, vmin=-1.0, vmax=1.0)
     ax.contourf(gx, gy, z, levels=[-1.5, 0.0, 1.5], alpha=0.5, **style)
-    ax.scatter(X[:, 0], X[:, 1], c=y, s=30, edgecolors="k", **style)
-    ax.set_title("adcompile demo: MLP(2, [16, 16, 1]) on two moons")
+    for label, name in ((1.0, "class +1"), (-1.0, "class -1")):
+        on = y == label
+        ax.scatter(X[on, 0], X[on, 1], c=y[on], s=30, edgecolors="k", label=name, **style)
+    ax.set_xlabel("x0 (first feature)")
+    ax.set_ylabel("x1 (second feature)")
+    ax.legend(loc="upper right", title="training points")
+    title = "adcompile demo: MLP(2, [16, 16, 1]) on two moons"
+    if accuracy is not None:
+        title += f"\ntraining accuracy {100 * accuracy:.1f}%"
+    ax.set_title(title)
     try:
         fig.savefig(path, dpi=100, bbox_inches="tight")
     except OSError as e:
