@@ -47,6 +47,20 @@ MAX_SPECIALISATIONS = 16
 ANNOUNCE_AFTER = 1.0
 
 
+def summary(explanation: str) -> str:
+    """What compiled code is, in a few words, from its explanation (``show_code``'s
+    first comment): "folded into loops: 24 statements for 197 operations" ..."""
+    folded = re.search(r"the source has ([\d,]+) statements instead of ([\d,]+)", explanation)
+    what = (
+        f"folded into loops: {folded[1]} statements for {folded[2]} operations"
+        if folded
+        else explanation.split(":")[0].split(". ")[0].rstrip(".")
+    )
+    if explanation.startswith("Generic in the batch length"):
+        what = "one program for every batch length, " + what
+    return what
+
+
 class _Announce:
     """Says on stderr that a trace and compile is running, once it has taken
     ``ANNOUNCE_AFTER`` seconds, and then what it made and how long it took."""
@@ -76,16 +90,8 @@ class _Announce:
         )
 
     def done(self, explanation: str) -> None:
-        """What was compiled, in short, from its code's explanation."""
-        folded = re.search(r"the source has ([\d,]+) statements instead of ([\d,]+)", explanation)
-        what = (
-            f"folded into loops: {folded[1]} statements for {folded[2]} operations"
-            if folded
-            else explanation.split(":")[0].split(". ")[0].rstrip(".")
-        )
-        if explanation.startswith("Generic in the batch length"):
-            what = "one program for every batch length, " + what
-        self.what = what
+        """What was compiled (see :func:`summary`)."""
+        self.what = summary(explanation)
 
     def __exit__(self, *exc: Any) -> None:
         if self.timer is None:
@@ -856,6 +862,13 @@ class Transformed:
             if spec.call(*flat)[0]:
                 return spec, key
         return self._miss(key, args, flat)[0], key
+
+    @property
+    def explanation(self) -> str:
+        """Why the most recently used specialisation's code has the form it has."""
+        if self._last is None:
+            raise AttributeError(f"{self._name}() has not been compiled yet: call it once")
+        return self._last.compiled.explanation
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""

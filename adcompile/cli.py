@@ -264,6 +264,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Train an MLP on two moons with compiled gradients and show the decision boundary."""
     import numpy as np
 
+    from .api import summary
     from .datasets import make_moons
     from .nn import MLP, HingeLoss
     from .optim import SGD
@@ -286,10 +287,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
     def loss_fn(Xb: Any, yb: Any) -> Any:
         return hinge([model(r) for r in Xb], yb) + 1e-4 * sum(p * p for p in params)
 
-    bar = Progress(args.steps)
-    start = time.perf_counter()
     with gc_paused():
         step = None if args.eager else compile_loss(loss_fn, params)
+        if step is not None:  # stage 1: the first call traces and compiles
+            print("compiling the loss and its gradient ...", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            quiet = os.environ.get("ADCOMPILE_QUIET")
+            os.environ["ADCOMPILE_QUIET"] = "1"  # (this stage says it itself)
+            try:
+                step.value_and_grad(X, y)
+            finally:
+                if quiet is None:
+                    del os.environ["ADCOMPILE_QUIET"]
+                else:
+                    os.environ["ADCOMPILE_QUIET"] = quiet
+            print(
+                f"compiled in {time.perf_counter() - start:.1f} s ({summary(step.explanation)})",
+                file=sys.stderr,
+            )
+        bar = Progress(args.steps)  # stage 2: training
+        start = time.perf_counter()
         for k in range(args.steps):
             loss = loss_fn(rows, labels) if step is None else step(X, y)
             acc = float(np.mean((_mlp_scores(model)(X) > 0) == (y > 0)))

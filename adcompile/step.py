@@ -69,6 +69,11 @@ class CompiledLoss:
         """The generated source of the most recent call."""
         return self._vg.source
 
+    @property
+    def explanation(self) -> str:
+        """Why the most recent call's code has the form it has (folded loops ...)."""
+        return self._vg.explanation
+
 
 def compile_loss(loss_fn: Callable[..., Any], params: Iterable[Value]) -> CompiledLoss:
     """Compile ``loss_fn(*data)`` for the parameter Values it reads (see module doc)."""

@@ -1,10 +1,13 @@
-"""The demo's picture: axis labels, a legend for the two classes, the accuracy in its title."""
+"""The demo: its compile stage, and its picture (axis labels, a legend, the accuracy)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
+import adcompile as ad
 from adcompile import cli
 
 
@@ -37,3 +40,17 @@ def test_picture_has_labels_legend_and_accuracy(tmp_path, monkeypatch):
     assert seen["x"].startswith("x0") and seen["y"].startswith("x1")
     assert seen["legend"] == ["class +1", "class -1"]
     assert "training accuracy 66.7%" in seen["title"]  # 2 of 3 points on their side
+
+
+def test_demo_compiles_as_a_stage_of_its_own_before_training(capsys, monkeypatch):
+    monkeypatch.delenv("ADCOMPILE_QUIET", raising=False)
+    monkeypatch.setattr(ad.api, "ANNOUNCE_AFTER", 0.0)  # would speak at once, if not silenced
+    assert cli.main(["demo", "--points", "30", "--steps", "4", "--out", ""]) == 0
+    err = capsys.readouterr().err.replace("\r", "\n").splitlines()
+    stage = err.index("compiling the loss and its gradient ...")
+    done = next(k for k, line in enumerate(err) if line.startswith("compiled in "))
+    first_bar = next(k for k, line in enumerate(err) if line.startswith("["))
+    assert stage < done < first_bar
+    assert "folded into loops" in err[done] or "straight-line" in err[done].lower()
+    assert not any("adcompile: tracing and compiling" in line for line in err)  # said once
+    assert "ADCOMPILE_QUIET" not in os.environ  # restored
