@@ -173,7 +173,10 @@ class _Traced:
 
 
 class BatchCompiled:
-    """Folded code for any batch length: ``call_n(n, *flat) -> (ok, outputs)``."""
+    """Folded code for any batch length: ``call_n(n, *flat) -> (ok, outputs)``.
+
+    ``fn(n, *flat, work, columns, out) -> ok`` is the Numba function itself.
+    """
 
     kind = "folded"
 
@@ -196,20 +199,20 @@ class BatchCompiled:
         self.source = source
         self.explanation = explanation
         self.tape = tape  # the adjoint tape at the largest traced length
-        self._fn = compile_folded_source(source, fname, functions, params, "int64")
-        self._work = work
-        self._columns = columns
+        self.fn = compile_folded_source(source, fname, functions, params, "int64")
+        self.work_size = work  # (a, b): the work array holds a * n + b values
+        self.columns = columns
         self.n_out = n_out
         self._local = threading.local()
 
     def call_n(self, n: int, *args: Any) -> tuple[bool, np.ndarray]:
         """Run for batch length ``n`` on flat float arguments."""
-        size = max(self._work[0] * n + self._work[1], 1)
+        size = max(self.work_size[0] * n + self.work_size[1], 1)
         work = getattr(self._local, "work", None)
         if work is None or len(work) < size:
             work = self._local.work = np.empty(size)
         out = np.empty(self.n_out)
-        return self._fn(n, *args, work, self._columns, out), out
+        return self.fn(n, *args, work, self.columns, out), out
 
 
 def _one_program(traced: dict[int, _Traced], ks: tuple[int, int, int]) -> tuple | None:

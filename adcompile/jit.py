@@ -379,13 +379,13 @@ def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) ->
     array, its per-repetition constants, the interpreter's program) is made or
     held inside, so the signature is the same for every kind.
     """
-    names = [_py_ident_arg(k) for k in range(len(params))]
+    names = [f"a{k}" for k in range(len(params))]
     args = ", ".join(names)
     ns: dict[str, Any] = {"np": np}
     kind = getattr(compiled, "kind", "")
     if n is not None:  # batch-generic code at length n
-        a, b = compiled._work
-        ns.update(inner=compiled._fn, columns=compiled._columns)
+        a, b = compiled.work_size
+        ns.update(inner=compiled.fn, columns=compiled.columns)
         body = [
             f"work = np.empty({max(a * n + b, 1)})",
             f"return inner({n}, {args}{', ' if args else ''}work, columns, out)",
@@ -432,7 +432,3 @@ def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) ->
     )
     exec(compile(source, "<adcompile numba entry>", "exec"), ns)
     return numba.njit(error_model="numpy", nogil=True)(ns["entry"])
-
-
-def _py_ident_arg(k: int) -> str:
-    return f"a{k}"
