@@ -2,9 +2,10 @@
 
     python -m benchmarks.call_overhead
 
-Rosenbrock (a Python loop) at n = 10 and 100, a function of one float, and a
-tuple ``argnums`` of two floats: ``ad.value_and_grad`` after its first call
-against a hand-written ``@numba.njit`` value and gradient, timed in
+Rosenbrock (``workloads.rosenbrock_scalar``) at n = 10 and 100, a function
+of one float, and a tuple ``argnums`` of two floats: ``ad.value_and_grad``
+after its first call against a hand-written ``@numba.njit`` value and
+gradient (for Rosenbrock, the ``numba`` benchmark system's kernel), timed in
 alternating rounds in one process (medians of 7 rounds), so that their ratio
 does not depend on how loaded the machine was at two moments.
 """
@@ -16,30 +17,8 @@ import numpy as np
 
 import adcompile as ad
 
-
-def rosen(x):
-    s = 0.0
-    for i in range(len(x) - 1):
-        s = s + 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
-    return s
-
-
-@numba.njit
-def hand(x, g):
-    s = 0.0
-    g[:] = 0.0
-    for i in range(len(x) - 1):
-        a = x[i + 1] - x[i] ** 2
-        b = 1.0 - x[i]
-        s += 100.0 * a * a + b * b
-        g[i] += -400.0 * a * x[i] - 2.0 * b
-        g[i + 1] += 200.0 * a
-    return s
-
-
-def hand_vg(x):
-    g = np.empty_like(x)
-    return hand(x, g), g
+from . import workloads as W
+from .systems.numba_sys import NumbaHand
 
 
 @numba.njit
@@ -60,12 +39,14 @@ def main() -> None:
     g1 = ad.value_and_grad(lambda x: (x - 1.0) ** 2 + ad.sin(x))
     g2 = ad.value_and_grad(lambda x, y: (x - 1.0) ** 2 * y + ad.sin(x * y), argnums=(0, 1))
     cases = []
+    hand = NumbaHand()
     for n in (10, 100):
-        x = np.linspace(-1, 1, n)
-        vg = ad.value_and_grad(rosen)
+        x = W.rosenbrock_input(n)
+        vg = ad.value_and_grad(W.rosenbrock_scalar)
         vg(x)
-        hand_vg(x)
-        cases.append((f"rosenbrock n={n}", lambda vg=vg, x=x: vg(x), lambda x=x: hand_vg(x)))
+        hand_call = hand.rosenbrock(x).call  # the reference system's own kernel
+        hand_call()
+        cases.append((f"rosenbrock n={n}", lambda vg=vg, x=x: vg(x), hand_call))
     g1(0.3)
     hf(0.3)
     g2(0.3, 0.7)
