@@ -27,6 +27,7 @@ import numpy as np
 from . import batch, captures
 from .codegen import Param
 from .interpret import first_nonfinite
+from .loopgen import loop_source
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
 from .value import (
@@ -42,6 +43,10 @@ from .value import (
 
 #: How many specialisations (branch paths) one function keeps per argument shape.
 MAX_SPECIALISATIONS = 16
+#: Fold a large tape into loops before differentiating it, and differentiate the
+#: loops as loops (``adcompile.loopgen``); off, or where that does not fold, the
+#: unrolled tape is differentiated and folded afterwards (``adcompile.fold``).
+LOOP_IR = os.environ.get("ADCOMPILE_LOOP_IR", "1") != "0"
 #: A trace and compile still running after this many seconds says so on stderr
 #: (``ADCOMPILE_QUIET=1`` silences it).
 ANNOUNCE_AFTER = 1.0
@@ -791,14 +796,41 @@ class Transformed:
         fname, doc = self._fname_doc()
         from .jit import Compiled  # Numba is imported on first compile, not with adcompile
 
-        code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
-        compiled = Compiled(code_tape, params, fname, doc)
+        compiled = self._compile_loops(tape, params, key, positions, fname, doc)
+        if compiled is None:
+            code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
+            compiled = Compiled(code_tape, params, fname, doc)
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
         del specs[MAX_SPECIALISATIONS:]
         self._last = spec
         return spec
+
+    def _compile_loops(
+        self,
+        tape: Tape,
+        params: list[Param],
+        key: tuple,
+        positions: list[int],
+        fname: str,
+        doc: str,
+    ) -> Any:
+        """A large tape folded into loops before it is differentiated, the loops
+        differentiated as loops (``adcompile.loopgen``); None when it does not fold."""
+        from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, LoopCompiled
+
+        if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
+            return None
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+        if loops is None:
+            return None
+        if self.mode == "jit":
+            unrolled = lambda: tape  # noqa: E731
+        else:
+            unrolled = lambda: grad_tape(tape, wrt=positions)  # noqa: E731
+        return LoopCompiled(loops, params, fname, unrolled)
 
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (under an outer transform, or eagerly): replay the tape

@@ -432,3 +432,55 @@ def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) ->
     )
     exec(compile(source, "<adcompile numba entry>", "exec"), ns)
     return numba.njit(error_model="numpy", nogil=True)(ns["entry"])
+
+
+class LoopCompiled:
+    """A primal tape folded into loops, differentiated as loops
+    (``adcompile.loopgen.loop_source``) and compiled.
+
+    Called as :class:`Compiled` (``call(*args) -> (ok, outputs)``), and shaped
+    like folded code for the fast entry and ``numba_entry``: ``fn(*args,
+    work, columns, out) -> ok``. ``tape`` is the unrolled tape of the same
+    outputs, made only when asked for (to name the primitive that made a
+    nan).
+    """
+
+    kind = "folded"
+
+    def __init__(
+        self, loops: Any, params: Sequence[Param], fname: str, unrolled: Callable
+    ) -> None:
+        self.params = list(params)
+        self.source, self.explanation = loops.source, loops.explanation
+        self.program, self.grad = loops.program, loops.grad
+        self.timings = dict(loops.timings)
+        self.columns, self.work_size, self.n_out = (
+            loops.code.columns,
+            loops.code.work_size,
+            loops.n_out,
+        )
+        clock = time.perf_counter()
+        self.fn = compile_folded_source(self.source, fname, [], params)
+        self.timings["compile"] = time.perf_counter() - clock
+        self.local = threading.local()
+        self.folded = self
+        self._unrolled = unrolled
+        self._tape: Tape | None = None
+
+    @property
+    def tape(self) -> Tape:
+        """The unrolled tape of the outputs (the reference the loops are checked against)."""
+        if self._tape is None:
+            self._tape = self._unrolled()
+        return self._tape
+
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
+        out = np.empty(self.n_out)
+        work = getattr(self.local, "work", None)
+        if work is None:
+            work = self.local.work = np.empty(max(self.work_size, 1))
+        return self.fn(*args, work, self.columns, out), out

@@ -3,8 +3,9 @@
 Each example is a small Python function (as source text, printed on failure)
 with shared subexpressions, branches on traced values, loops and an array
 argument. It runs through the compiled adjoint, the tape interpreter, the
-interpreter on the adjoint tape, SymPy (when the bridge is present) and
-central finite differences, which must all agree.
+interpreter on the adjoint tape, folded code, the loop IR (its primal
+folded first and differentiated as loops), SymPy (when the bridge is
+present) and central finite differences, which must all agree.
 
 CI runs a bounded profile; ``ADCOMPILE_FUZZ_EXAMPLES=2000 pytest -m fuzz``
 runs a long one.
@@ -21,7 +22,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import fold, interpret, loopir
+from adcompile import fold, interpret, loopgen, loopgrad, loopir
 from adcompile.codegen import Param, module_source
 from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
@@ -149,6 +150,9 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
         program = loopir.build(t, fold.find_segments(t, params, min_reps=2, min_saved=1), params)
         ok, got = program.run([x, y, a])
         assert ok and got == interpret.evaluate(t, point)
+    # the primal tape folded first and its loops differentiated as loops
+    # (adcompile.loopgrad), by the reference interpreter and as generated code
+    check_loop_pipeline(tape, params, [x, y, a], [val, *grads])
     # ... and with every loop body of two or more operations outlined as a function
     # of its own, folded in turn as eagerly
     hoisted = hoist_constants(gtape)
@@ -166,6 +170,25 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
 
     if with_sympy:
         np.testing.assert_allclose(compiled, _sympy_grads(tape, point), rtol=1e-9, atol=1e-10)
+
+
+def check_loop_pipeline(tape, params, args, expected, wrt=None) -> None:
+    """Fold the primal ``tape`` eagerly, differentiate the program as loops and
+    compare the interpreter and the generated code with ``expected``."""
+    hoisted = hoist_constants(tape)
+    segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
+    program = loopir.build(hoisted, segments, params)
+    gp = loopgrad.grad(program, wrt)
+    ok, got = gp.run(args)
+    assert ok
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
+    code = loopgen.generate(gp, params, "f_vg")
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<loops>", "exec"), ns)
+    out = np.empty(len(expected))
+    flat = [np.asarray(a, float).ravel() if np.ndim(a) else float(a) for a in args]
+    assert ns["f_vg"](*flat, np.empty(code.work_size), code.columns, out)
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-13)
 
 
 _args = dict(

@@ -1,0 +1,638 @@
+"""Python source from the loop IR: each loop body printed once, its adjoint once.
+
+``generate(program_or_grad, params, fname)`` prints a
+:class:`~adcompile.loopir.Program` (the value only) or a
+:class:`~adcompile.loopgrad.GradProgram` (value and gradient) as one
+function ``fname(*params, v, c, out) -> bool`` for Numba. ``v`` is a work
+array of ``Generated.work_size`` floats, ``c`` the per-repetition constants
+(``Generated.columns``); the outputs go to ``out``, and the result is
+False when a guard recorded while tracing does not hold.
+
+Layout (which values are stored where):
+
+- a loop's value ``p`` of repetition ``i`` is a local inside the repetition
+  (named after the tape slot of repetition 0), and is stored at
+  ``v[base + size * i + p]`` when a later item reads it, the output is it,
+  or its reverse loop needs it;
+- a block's values are locals, also stored when a loop reads them at an
+  index that advances;
+- the adjoint of a value read at an index that advances lives in ``v`` too
+  (zeroed each call); one read only at fixed indices is a local;
+- a loop-carried value (``prev``) is a local carried from one repetition to
+  the next, and its cotangent is carried back the same way.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .codegen import Param, _strip, module_source
+from .loopgrad import GradProgram, Unit, grad, units
+from .loopir import Affine, Arg, At, Block, Column, Lit, Loop, Prev, Program, Read, build
+from .passes import hoist_constants
+from .segments import find_segments
+from .tape import CONST, INPUT, Tape
+
+_CLASH = re.compile(r"v|c|i|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
+
+#: Reads of an adjoint at fixed indices kept in locals, at most this many per loop.
+PINNED_MAX = 4
+
+
+@dataclass
+class Generated:
+    """Source of one function, and what its caller passes besides the arguments."""
+
+    text: str
+    work_size: int
+    columns: np.ndarray
+    statements: int
+    functions: list[str] = field(default_factory=list)  # (none: kept for FoldedCode's shape)
+
+
+def _index(c0: int, c1: int, var: str | None) -> str:
+    """``c0 + c1 * var`` printed short (``var`` None: repetition 0)."""
+    if var is None or c1 == 0:
+        return str(c0)
+    term = var if abs(c1) == 1 else f"{abs(c1)} * {var}"
+    if c0 == 0:
+        return term if c1 > 0 else f"-{term}"
+    return f"{c0} + {term}" if c1 > 0 else f"{c0} - {term}"
+
+
+def generate(
+    what: Program | GradProgram, params: Sequence[Param], fname: str, doc: str = ""
+) -> Generated:
+    """The source of ``what`` (see the module doc)."""
+    return _Gen(what, list(params)).source(fname, doc)
+
+
+class _Gen:
+    def __init__(self, what: Program | GradProgram, params: list[Param]) -> None:
+        self.grad = what if isinstance(what, GradProgram) else None
+        self.program = self.grad.program if self.grad else what
+        self.units: list[Unit] = self.grad.units if self.grad else units(self.program)
+        # a parameter named like a local of the generated code is renamed there
+        self.params = [
+            Param(f"arg_{p.name}", p.size) if _CLASH.fullmatch(p.name) else p for p in params
+        ]
+        self.lines: list[str] = []
+        self.statements = 0
+        self.work = 0
+        self.columns: list[float] = []
+        self._layout()
+
+    # ---- layout
+
+    def _take(self, n: int) -> int:
+        base, self.work = self.work, self.work + n
+        return base
+
+    def _layout(self) -> None:
+        program, us = self.program, self.units
+        adjoints = self.grad.adjoints if self.grad else [None] * len(us)
+        n_items = len(us)
+        stored: list[set[int]] = [set() for _ in range(n_items)]
+        strided = [False] * n_items  # read at an index that advances
+        incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
+        reads: list[Read] = list(program.outputs)
+        for u in us:
+            reads += [r.init if type(r) is Prev else r for r in u.reads]
+        for r in reads:
+            if type(r) is not At:
+                continue
+            item = program.items[r.item]
+            if type(item) is Loop and not self._last(r):
+                size = item.size
+                if r.index.c1 % size == 0:
+                    stored[r.item].add(r.index.c0 % size)
+                else:
+                    stored[r.item].update(range(size))
+            if r.index.c1 != 0:
+                strided[r.item] = True
+        if self.grad:
+            for r in [program.outputs[0]] + reads:
+                if type(r) is At:
+                    incoming[r.item].append(r)
+        for u, adj in zip(us, adjoints):
+            if adj is None or not u.loop:
+                continue
+            pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+            for j in adj.uses:
+                if j in pos_of:
+                    stored[u.item].add(pos_of[j])
+        self.stored = stored
+        self.prev_stored: list[dict[int, int]] = [{} for _ in range(n_items)]
+        # a loop read only at whole repetitions keeps its stored values packed:
+        # value p of repetition i at base + rank[p] + width * i
+        self.rank: list[dict[int, int]] = []
+        self.width: list[int] = []
+        for u in us:
+            aligned = all(
+                r.index.c1 % u.size == 0 for r in reads if type(r) is At and r.item == u.item
+            )
+            adj = adjoints[u.item]
+            prev = [
+                k
+                for k, r in enumerate(u.reads)
+                if adj is not None and type(r) is Prev and u.body.inputs[k] in adj.uses
+            ]
+            if u.loop and aligned:
+                # the value a prev read reads is stored with its repetition, as
+                # pseudo-position size + k, so that the reverse loads it as it is
+                rank = {p: k for k, p in enumerate(sorted(stored[u.item]))}
+                for k in prev:
+                    rank[u.size + k] = len(rank)
+                    self.prev_stored[u.item][k] = u.size + k
+            else:  # read across repetitions: every value at its flat index
+                pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+                stored[u.item].update(pos_of[u.reads[k].slot] for k in prev)
+                rank = {p: p for p in range(u.size)}
+            self.rank.append(rank)
+            self.width.append(len(rank))
+        self.vbase: list[int | None] = [None] * n_items
+        self.abase: list[int | None] = [None] * n_items
+        self.pinned: list[dict[int, str]] = [{} for _ in range(n_items)]
+        for u, adj in zip(us, adjoints):
+            n = u.item
+            if (u.loop and self.width[n] and (stored[n] or self.prev_stored[n])) or (
+                not u.loop and strided[n]
+            ):
+                self.vbase[n] = self._take(u.trips * self.width[n])
+            if adj is None:
+                continue
+            flat = {r.index.c0 for r in incoming[n] if r.index.c1 == 0}
+            if not u.loop and not strided[n]:
+                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in sorted(flat)}
+            elif u.loop and all(r.index.c1 == 0 for r in incoming[n]) and len(flat) <= PINNED_MAX:
+                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in sorted(flat)}
+            else:
+                self.abase[n] = self._take(u.trips * u.size)
+        # columns of per-repetition constants
+        self.cbase: dict[tuple[int, int], int] = {}
+        for u in us:
+            for k, r in enumerate(u.reads):
+                if type(r) is Column:
+                    self.cbase[u.item, k] = len(self.columns)
+                    self.columns.extend(r.values)
+
+    def vidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
+        """Where value ``p`` of repetition ``rep0 + rep1 * var`` of item ``n`` is stored."""
+        w = self.width[n]
+        return f"v[{_index(self.vbase[n] + self.rank[n][p] + w * rep0, w * rep1, var)}]"
+
+    def _last(self, r: At) -> bool:
+        """Whether ``r`` reads a loop's value of its last repetition: the local
+        the loop leaves behind, not stored."""
+        item = self.program.items[r.item]
+        return type(item) is Loop and r.index.c1 == 0 and r.index.c0 // item.size == item.trips - 1
+
+    def _slot(self, n: int, f: int) -> int:
+        """The tape slot of value ``f`` of item ``n`` (for names)."""
+        item = self.program.items[n]
+        return item.slots[f] if type(item) is Block else item.start + f
+
+    # ---- expressions
+
+    def name(self, u: Unit, j: int) -> str:
+        """The local of body slot ``j`` (a computed value) of unit ``u``."""
+        p = self.pos_of[j]
+        return f"v{self._slot(u.item, p)}"
+
+    def ref(self, r: Read, var: str | None, u: Unit | None = None, k: int = -1) -> str:
+        """How a read reads at repetition ``var``."""
+        if type(r) is Lit:
+            return repr(r.value)
+        if type(r) is Arg:
+            p = self.params[r.param]
+            if p.size is None:
+                return p.name
+            return f"{p.name}[{_index(r.index.c0, r.index.c1, var)}]"
+        if type(r) is Column:
+            return f"c[{_index(self.cbase[u.item, k], 1, var)}]"
+        item = self.program.items[r.item]
+        if type(item) is Block and self.vbase[r.item] is None:
+            return f"v{item.slots[r.index.c0]}"
+        if self._last(r):
+            return f"v{item.start + r.index.c0 % item.size}"
+        if type(item) is Loop and r.index.c1 % item.size == 0:
+            k = item.size
+            return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
+        return f"v[{_index(self.vbase[r.item] + r.index.c0, r.index.c1, var)}]"
+
+    def add(self, r: Read, var: str | None, ct: str) -> str | None:
+        """The statement adding cotangent ``ct`` where read ``r`` came from."""
+        if type(r) is Arg:
+            if r.param not in self.goff:
+                return None
+            inside = var is not None
+            self.writes.append(
+                (r.param, r.index.c0, r.index.c1 if inside else 0, self.trips if inside else 1)
+            )
+            return f"out[{_index(self.goff[r.param] + r.index.c0, r.index.c1, var)}] += {ct}"
+        if type(r) is At:
+            if self.grad.adjoints[r.item] is None:  # not differentiated: no adjoint
+                return None
+            base = self.abase[r.item]
+            if base is not None:
+                return f"v[{_index(base + r.index.c0, r.index.c1, var)}] += {ct}"
+            return f"{self.pinned[r.item][r.index.c0]} += {ct}"
+        return None  # Lit, Column: constants
+
+    def emit(self, depth: int, line: str) -> None:
+        self.lines.append("    " * depth + line)
+
+    # ---- the function
+
+    def source(self, fname: str, doc: str) -> Generated:
+        names = [p.name for p in self.params]
+        self.emit(0, f"def {fname}({', '.join(names + ['v', 'c', 'out'])}):")
+        if doc:
+            self.emit(1, f'"""{doc}"""')
+        for u in self.units:
+            self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+            self._forward(u)
+        for cmp, a, b, expected in self.program.guards:
+            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, "")
+        if self.grad is None:
+            for k, r in enumerate(self.program.outputs):
+                self.emit(1, f"out[{k}] = {self.ref(r, None)}")
+        else:
+            self._reverse()
+        self.emit(1, "return True")
+        text = "\n".join(self.lines) + "\n"
+        return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
+
+    def _guard(self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str) -> None:
+        cond = f"{a} {cmp} {b}"
+        test = f"not ({cond})" if expected else cond
+        note = f"  # guard: {cond} was {expected}" + (f" at {where}" if where else "")
+        self.emit(depth, f"if {test}:{note}")
+        self.emit(depth + 1, "return False")
+
+    def _forward(self, u: Unit) -> None:
+        body, n = u.body, u.item
+        var = "i" if u.loop else None
+        depth = 2 if u.loop else 1
+        operand: dict[int, str] = {}
+        for j, node in enumerate(body.nodes):
+            if node.op == CONST:
+                operand[j] = repr(node.value)
+        prelude = []
+        for k, j in enumerate(body.inputs):
+            r = u.reads[k]
+            if type(r) is Prev:
+                carried = self.name(u, r.slot)
+                late = [a for a, nd in enumerate(body.nodes) if j in nd.args and a > r.slot] + [
+                    g for g in body.guards if j in (g.a, g.b)
+                ]
+                if late:  # read after this repetition overwrites it: keep a copy
+                    operand[j] = f"p{self._slot(n, self.pos_of[r.slot])}"
+                    prelude.append(f"{operand[j]} = {carried}")
+                else:
+                    operand[j] = carried
+                self.emit(1, f"{carried} = {self.ref(r.init, None)}")
+            else:
+                operand[j] = self.ref(r, var, u, k)
+        if u.loop:
+            stop = u.trips * u.size
+            item = self.program.items[n]
+            self.emit(
+                1,
+                f"# L{n}: {u.size} slots x {u.trips} repetitions "
+                f"(tape slots {item.start}..{item.start + stop - 1})",
+            )
+            self.emit(1, f"for i in range({u.trips}):")
+            for line in prelude:
+                self.emit(2, line)
+            for k, pseudo in self.prev_stored[n].items():
+                self.emit(2, f"{self.vidx(n, pseudo, 0, 1, 'i')} = {operand[body.inputs[k]]}")
+        base = self.vbase[n]
+        for j, node in enumerate(body.nodes):
+            if isinstance(node.op, str):
+                continue
+            operand[j] = self.name(u, j)
+            expr = node.op.code.format(*(operand[a] for a in node.args))
+            self.emit(depth, f"{operand[j]} = {_strip(expr)}")
+            self.statements += 1
+            p = self.pos_of[j]
+            if base is not None and (p in self.stored[n] or not u.loop):
+                self.emit(depth, f"{self.vidx(n, p, 0, 1, var)} = {operand[j]}")
+        for g in body.guards:
+            self._guard(depth, operand[g.a], g.cmp, operand[g.b], g.expected, g.where)
+
+    # ---- reverse
+
+    def _reverse(self) -> None:
+        gp = self.grad
+        self.goff: dict[int, int] = {}
+        at = 1
+        for p in gp.wrt:
+            self.goff[p] = at
+            size = self.params[p].size
+            at += 1 if size is None else size
+        self.emit(1, "# the reverse sweep: adjoints, last item first")
+        self.writes: list[tuple[int, int, int, int]] = []  # (param, c0, c1, count)
+        self.trips = 1
+        zeroing = len(self.lines)
+        if at > 1:
+            self.emit(1, f"out[1:{at}] = 0.0")
+        for u, adj in zip(self.units, gp.adjoints):
+            n = u.item
+            if adj is None:
+                continue
+            if self.abase[n] is not None:
+                b = self.abase[n]
+                self.emit(1, f"v[{b}:{b + u.trips * u.size}] = 0.0")
+            for name in self.pinned[n].values():
+                self.emit(1, f"{name} = 0.0")
+        self.emit(1, f"out[0] = {self.ref(self.program.outputs[0], None)}")
+        seed = self.add(self.program.outputs[0], None, "1.0")
+        if seed:
+            self.emit(1, seed)
+        for u, adj in reversed(list(zip(self.units, gp.adjoints))):
+            if adj is not None:
+                self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+                self.trips = u.trips
+                self._reverse_unit(u, adj)
+        if at > 1:
+            self._assign_once(zeroing, at)
+
+    def _assign_once(self, zeroing: int, at: int) -> None:
+        """When no gradient element is added to twice, store instead of adding,
+        and zero only the elements nothing writes."""
+        counts = np.zeros(at, np.int64)
+        for param, c0, c1, count in self.writes:
+            idx = self.goff[param] + c0 + c1 * np.arange(count)
+            np.add.at(counts, idx, 1)
+        if counts[1:].max(initial=0) > 1:
+            return
+        pattern = re.compile(r"^(\s*out\[[^\]]*\]) \+= ")
+        for k in range(zeroing + 1, len(self.lines)):
+            self.lines[k] = pattern.sub(r"\1 = ", self.lines[k])
+        zero = np.flatnonzero(counts[1:] == 0) + 1
+        runs = np.split(zero, np.flatnonzero(np.diff(zero) != 1) + 1) if len(zero) else []
+        text = [
+            f"    out[{r[0]}] = 0.0" if len(r) == 1 else f"    out[{r[0]}:{r[-1] + 1}] = 0.0"
+            for r in runs
+        ]
+        self.lines[zeroing : zeroing + 1] = text
+
+    def _reverse_unit(self, u: Unit, adj) -> None:
+        n, body, vjp = u.item, u.body, adj.vjp
+        var = "i" if u.loop else None
+        depth = 2 if u.loop else 1
+        input_of = {j: k for k, j in enumerate(body.inputs)}
+        operand: dict[int, str] = {}
+        lines: list[str] = []
+        carries = {
+            k: f"d{self._slot(n, self.pos_of[u.reads[k].slot])}_{k}"
+            for k in adj.routes
+            if type(u.reads[k]) is Prev
+        }
+        start = {c: "0.0" for c in carries.values()}
+        # forward values the vjp reads
+        for s, j in sorted(adj.primal.items()):
+            if j not in adj.uses:
+                continue
+            node = body.nodes[j]
+            if node.op == CONST:
+                operand[s] = repr(node.value)
+            elif j in input_of:
+                k = input_of[j]
+                r = u.reads[k]
+                if type(r) is Prev:
+                    p = self.pos_of[r.slot]
+                    name = f"p{self._slot(n, p)}"
+                    if k in self.prev_stored[n]:
+                        lines.append(f"{name} = {self.vidx(n, self.prev_stored[n][k], 0, 1, 'i')}")
+                    else:
+                        first = self.ref(r.init, None)
+                        before = self.vidx(n, p, -1, 1, "i")
+                        lines.append(f"{name} = {before} if i > 0 else {first}")
+                    operand[s] = name
+                else:
+                    operand[s] = self.ref(r, var, u, k)
+            else:
+                operand[s] = self.name(u, j)
+                if u.loop:
+                    p = self.pos_of[j]
+                    lines.append(f"{operand[s]} = {self.vidx(n, p, 0, 1, 'i')}")
+        # cotangents coming in
+        m = len(body.inputs)
+        for q, p in enumerate(adj.cts):
+            j = u.positions[p]
+            terms = []
+            slot = self._slot(n, p)
+            if self.abase[n] is not None:
+                terms.append(f"v[{_index(self.abase[n] + p, u.size, var)}]")
+            mine = [c for k, c in carries.items() if u.reads[k].slot == j]
+            for f, name in self.pinned[n].items():
+                if f % u.size == p:
+                    rep = f // u.size
+                    if not u.loop:
+                        terms.append(name)
+                    elif rep == u.trips - 1 and mine and start[mine[0]] == "0.0":
+                        start[mine[0]] = name  # the first repetition reversed
+                    else:
+                        terms.append(f"({name} if i == {rep} else 0.0)")
+            terms += mine
+            operand[vjp.inputs[m + q]] = f"ct{slot}"
+            lines.append(f"ct{slot} = {' + '.join(terms) if terms else '0.0'}")
+        # the vjp's own statements
+        taken: dict[str, int] = {}
+        names = vjp.slot_names or [f"t{s}" for s in range(len(vjp.nodes))]
+        for s, node in enumerate(vjp.nodes):
+            if s in operand or s in adj.primal:  # (a forward value the vjp does not read)
+                continue
+            if node.op == CONST:
+                operand[s] = repr(node.value)
+                continue
+            if node.op == INPUT:  # a read the vjp does not need (kept by prune)
+                continue
+            nm = self._vjp_name(u, names[s])
+            taken[nm] = taken.get(nm, 0) + 1
+            if taken[nm] > 1:
+                nm = f"{nm}_{taken[nm] - 1}"
+            operand[s] = nm
+            expr = node.op.code.format(*(operand[a] for a in node.args))
+            lines.append(f"{nm} = {_strip(expr)}")
+            self.statements += 1
+        # cotangents going out
+        groups: dict[tuple[int, int], list[tuple[Arg, str]]] = {}
+        fixed: dict[Read, str] = {}
+        for k, o in zip(adj.routes, vjp.outputs):
+            ct = operand[o]
+            if k in carries:
+                lines.append(f"{carries[k]} = {ct}")
+                continue
+            if vjp.nodes[o].op == CONST and vjp.nodes[o].value == 0.0:
+                continue
+            r = u.reads[k]
+            if u.loop and type(r) is Arg and r.index.c1 and r.param in self.goff:
+                groups.setdefault((r.param, r.index.c1), []).append((r, ct))
+                continue
+            if u.loop and type(r) in (Arg, At) and r.index.c1 == 0:
+                # the same element every repetition: summed in a local, added once
+                if r not in fixed:
+                    fixed[r] = f"s{u.item}_{len(fixed)}"
+                lines.append(f"{fixed[r]} += {ct}")
+                continue
+            stmt = self.add(r, var, ct)
+            if stmt:
+                lines.append(stmt)
+        before = [f"{name} = 0.0" for name in fixed.values()]
+        after = [line for r, name in fixed.items() if (line := self.add(r, None, name))]
+        for (param, c1), members in groups.items():
+            self._shift(u, param, c1, members, lines, before, after)
+        kind = "L" if u.loop else "B"
+        self.emit(1, f"# reverse of {kind}{n}")
+        for c in carries.values():
+            self.emit(1, f"{c} = {start[c]}")
+        for line in before:
+            self.emit(1, line)
+        if u.loop:
+            self.emit(1, f"for i in range({u.trips - 1}, -1, -1):")
+        for line in lines:
+            self.emit(depth, line)
+        for k, c in carries.items():
+            stmt = self.add(u.reads[k].init, None, c)
+            if stmt:
+                self.emit(1, stmt)
+        for line in after:
+            self.emit(1, line)
+
+    def _shift(
+        self,
+        u: Unit,
+        param: int,
+        c1: int,
+        members: list[tuple[Arg, str]],
+        lines: list[str],
+        before: list[str],
+        after: list[str],
+    ) -> None:
+        """Add the cotangents of reads ``x[c0 + c1 * i]`` of one argument.
+
+        Reads whose offsets differ by whole strides (``x[i]`` and ``x[i + 1]``)
+        reach the same element in neighbouring repetitions. Each element's
+        cotangent is summed in locals carried from one repetition to the next
+        (a shift register) and added to the gradient once, when its last
+        contribution is in: one memory update per element, not one per read.
+        """
+        c0 = members[0][0].index.c0
+        by_q: dict[int, list[str]] = {}
+        for r, ct in members:
+            d = r.index.c0 - c0
+            if d % c1:  # another residue: added directly
+                lines.append(self.add(r, "i", ct))
+                continue
+            by_q.setdefault(d // c1, []).append(ct)
+        if len(by_q) < 2:
+            for q, cts in by_q.items():
+                for ct in cts:
+                    lines.append(self.add(Arg(param, Affine(c0 + c1 * q, c1)), "i", ct))
+            return
+        lo, hi = min(by_q), max(by_q)
+        g = self.goff[param]
+        self.writes.append((param, c0 + c1 * lo, c1, u.trips + hi - lo))
+        reg = {d: f"r{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
+        before += [f"{name} = 0.0" for name in reg.values()]
+        total = " + ".join([reg[hi - 1], *by_q[hi]])
+        lines.append(f"out[{_index(g + c0 + c1 * hi, c1, 'i')}] += {total}")
+        for d in range(hi - 1, lo, -1):
+            lines.append(f"{reg[d]} = {' + '.join([reg[d - 1], *by_q.get(d, [])])}")
+        lines.append(f"{reg[lo]} = {' + '.join(by_q[lo])}")
+        after += [f"out[{g + c0 + c1 * d}] += {name}" for d, name in reg.items()]
+
+    def _vjp_name(self, u: Unit, name: str) -> str:
+        """``b{k}``, the adjoint of body slot k, after the tape slot of repetition 0."""
+        if name.startswith("b") and name[1:].isdigit():
+            j = int(name[1:])
+            if j in self.pos_of:
+                return f"b{self._slot(u.item, self.pos_of[j])}"
+            return f"g{u.item}_{j}"
+        return f"t{u.item}_{name[1:]}" if name.startswith("t") else f"t{u.item}_{name}"
+
+
+__all__ = ["Generated", "generate"]
+
+
+# ------------------------------------------------------------------ the pipeline
+
+
+@dataclass
+class LoopSource:
+    """A primal tape folded, differentiated as loops and printed (``loop_source``)."""
+
+    program: Program
+    grad: GradProgram | None
+    code: Generated
+    source: str  # the module, with ``explanation`` as its header comment
+    explanation: str
+    n_out: int
+    timings: dict[str, float]
+
+
+def loop_source(
+    tape: Tape,
+    params: Sequence[Param],
+    wrt: Sequence[int] | None,
+    fname: str,
+    doc: str = "",
+    limit: int = 1000,
+) -> LoopSource | None:
+    """Fold the primal ``tape``, differentiate the folded program by the
+    parameters ``wrt`` (None: the value only) and print it; None when folding
+    does not at least halve the statements or leaves more than ``limit``.
+    """
+    clock = time.perf_counter()
+    timings: dict[str, float] = {}
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[stage] = now - clock
+        clock = now
+
+    tape = hoist_constants(tape)
+    segments = find_segments(tape, params)
+    lap("detect")
+    if not segments:
+        return None
+    program = build(tape, segments, params, fname)
+    if program.statements > min(limit, tape.n_ops // 2):
+        return None
+    lap("build")
+    gp = grad(program, wrt) if wrt is not None else None
+    lap("reverse")
+    statements = gp.statements if gp is not None else program.statements
+    if statements > limit:
+        return None
+    code = _Gen(gp if gp is not None else program, list(params)).source(fname, doc)
+    loops = [it for it in program.items if type(it) is Loop]
+    in_loops = sum(lp.body.n_ops * lp.trips for lp in loops)
+    shapes = "; ".join(f"{lp.size} slots x {lp.trips} repetitions" for lp in loops[:4])
+    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
+    explanation = (
+        f"Folded {len(loops)} repeated segment{'s' if len(loops) != 1 else ''} of the tape "
+        f"into for loops ({shapes}{more}): {in_loops} of its {tape.n_ops} operations run in "
+        f"loops whose body is written once"
+        + (", and differentiated as loops, each adjoint loop written once" if gp else "")
+        + f". The source has {code.statements} statements."
+    )
+    header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
+    source = module_source([header + code.text])
+    lap("generate")
+    n_out = (
+        1 + sum(1 if params[p].size is None else params[p].size for p in gp.wrt)
+        if gp
+        else (len(program.outputs))
+    )
+    return LoopSource(program, gp, code, source, explanation, n_out, timings)

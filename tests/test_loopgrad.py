@@ -1,0 +1,288 @@
+"""Reverse mode on the loop IR, and the code printed from it.
+
+The primal tape is folded first; each loop is differentiated once, as a
+loop (``adcompile.loopgrad``), and printed (``adcompile.loopgen``). Both the
+IR's interpreter and the generated code (run as plain Python here, and
+through Numba by the public API) are checked against the unrolled adjoint
+tape, against hand-derived gradients and against finite differences.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from test_fuzz import check_loop_pipeline
+from test_loopir import loops
+
+import adcompile as ad
+from adcompile import api, interpret, loopgen, loopgrad, loopir
+from adcompile.codegen import Param, module_source
+from adcompile.passes import hoist_constants
+from adcompile.reverse import grad_tape
+from adcompile.segments import find_segments
+
+
+def rosen(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        s = s + 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def rosen_grad(x):
+    g = np.zeros_like(x)
+    g[:-1] = -400 * x[:-1] * (x[1:] - x[:-1] ** 2) - 2 * (1 - x[:-1])
+    g[1:] += 200 * (x[1:] - x[:-1] ** 2)
+    return g
+
+
+def chain(x):
+    y = x[0]
+    for i in range(1, len(x)):
+        y = ad.sin(y) * x[i] + 0.5 * y
+    return y
+
+
+def program_of(f, params, *args, **kw):
+    tape = hoist_constants(ad.trace(f, *args))
+    return tape, loopir.build(tape, find_segments(tape, params, **kw), params, "f")
+
+
+def run_generated(gp, params, args):
+    code = loopgen.generate(gp, params, "f_vg")
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<loops>", "exec"), ns)
+    n_out = 1 + sum(1 if params[p].size is None else params[p].size for p in gp.wrt)
+    out = np.full(n_out, np.nan)
+    flat = [np.asarray(a, float).ravel() if np.ndim(a) else float(a) for a in args]
+    ok = ns["f_vg"](*flat, np.full(code.work_size, np.nan), code.columns, out)
+    return ok, out, code
+
+
+def test_rosenbrock_adjoint_is_one_backward_loop_with_the_hand_derived_gradient():
+    x = np.linspace(-1.2, 1.1, 50)
+    params = [Param("x", 50)]
+    tape, program = program_of(rosen, params, x)
+    gp = loopgrad.grad(program)
+    (adj,) = [a for a in gp.adjoints if a is not None]
+    assert adj.vjp.n_ops < 20  # the body's vjp, built once
+    ok, got = gp.run([x])
+    assert ok and got == interpret.evaluate(grad_tape(tape), x)  # the same numbers exactly
+    np.testing.assert_allclose(got[1:], rosen_grad(x), rtol=1e-12)
+    ok, out, code = run_generated(gp, params, [x])
+    assert ok and list(out) == got
+    assert code.text.count("for i in range(") == 2  # forward, then backward
+    assert "range(48, -1, -1)" in code.text
+
+
+def test_a_carried_value_s_cotangent_runs_back_through_the_repetitions():
+    x = np.linspace(-0.9, 1.1, 30)
+    params = [Param("x", 30)]
+    tape, program = program_of(chain, params, x)
+    gp = loopgrad.grad(program)
+    ok, got = gp.run([x])
+    assert ok
+    np.testing.assert_allclose(got, interpret.evaluate(grad_tape(tape), x), rtol=1e-14)
+    ok, out, _ = run_generated(gp, params, [x])
+    np.testing.assert_allclose(out, got, rtol=1e-14)
+    # finite differences, independent of every tape
+    h = 1e-6
+    for k in (0, 7, 29):
+        e = np.zeros(30)
+        e[k] = h
+        fd = (chain(x + e) - chain(x - e)) / (2 * h)
+        assert got[1 + k] == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+def test_only_the_asked_parameters_get_gradients_and_data_is_not_differentiated():
+    rng = np.random.default_rng(1)
+    X, y, w = rng.normal(size=(40, 2)), np.sign(rng.normal(size=40)), np.array([0.3, -0.2, 0.1])
+
+    def loss(w, X, y):
+        total = 0.0
+        for i in range(len(y)):
+            z = w[0] * X[i, 0] + w[1] * X[i, 1] + w[2]
+            total = total + ad.log(1 + ad.exp(-y[i] * z))
+        return total
+
+    params = [Param("w", 3), Param("X", 80), Param("y", 40)]
+    tape, program = program_of(loss, params, w, X, y)
+    gp = loopgrad.grad(program, [0])
+    ok, got = gp.run([w, X, y])
+    expected = interpret.evaluate(grad_tape(tape, wrt=[0, 1, 2]), [*w, *X.ravel(), *y])
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+    # hand-derived: d/dw sum log(1 + exp(-y z)) = -sum y x sigmoid(-y z)
+    z = X @ w[:2] + w[2]
+    s = 1 / (1 + np.exp(y * z))
+    np.testing.assert_allclose(got[1:3], -(y * s) @ X, rtol=1e-12)
+    assert got[3] == pytest.approx(-(y * s).sum(), rel=1e-12)
+    ok, out, code = run_generated(gp, params, [w, X, y])
+    np.testing.assert_allclose(out, got, rtol=1e-14)
+    # a parameter read by every repetition is summed in a local, written once
+    assert "out[1] = s" in code.text or "out[1] += s" in code.text
+
+
+def test_argnums_in_another_order_and_scalars():
+    def f(a, x):
+        s = a
+        for i in range(len(x)):
+            s = ad.tanh(s * x[i] + a)
+        return s
+
+    x = np.linspace(-1, 1, 12)
+    params = [Param("a", None), Param("x", 12)]
+    tape, program = program_of(f, params, 0.4, x)
+    gp = loopgrad.grad(program, [1, 0])
+    ok, got = gp.run([0.4, x])
+    expected = interpret.evaluate(grad_tape(tape, wrt=[*range(1, 13), 0]), [0.4, *x])
+    np.testing.assert_allclose(got, expected, rtol=1e-13)
+    ok, out, _ = run_generated(gp, params, [0.4, x])
+    np.testing.assert_allclose(out, got, rtol=1e-14)
+
+
+def test_mlp_loops_and_straight_line_blocks_reverse_together():
+    model = ad.nn.MLP(2, [4, 4, 1])
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(12, 2))
+
+    def loss(*args):
+        out = 0.0
+        for i in range(len(X)):
+            out = out + (model([X[i, 0], X[i, 1]]) - 0.5) ** 2
+        return out
+
+    leaves = model.parameters()
+    tape = hoist_constants(ad.api.trace_call(loss, [], leaves))
+    theta = np.array([p.data for p in leaves])
+    params = [Param("params", len(leaves))]
+    program = loopir.build(tape, find_segments(tape, params), params)
+    assert any(isinstance(it, loopir.Loop) for it in program.items)
+    gp = loopgrad.grad(program)
+    ok, got = gp.run([theta])
+    np.testing.assert_allclose(got, interpret.evaluate(grad_tape(tape), theta), rtol=1e-12)
+    ok, out, _ = run_generated(gp, params, [theta])
+    np.testing.assert_allclose(out, got, rtol=1e-13)
+
+
+def test_a_guard_inside_a_loop_fails_in_the_generated_code():
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            u = x[i] * 2.0
+            s = s + (u * u if u > 1.0 else -u)
+        return s
+
+    x = np.array([0.6, 0.7, 0.9, 0.9, 0.8, 0.8, 0.65, 0.6])
+    params = [Param("x", 8)]
+    tape, program = program_of(f, params, x, min_reps=2, min_saved=1)
+    gp = loopgrad.grad(program)
+    ok, out, code = run_generated(gp, params, [x])
+    assert ok
+    np.testing.assert_allclose(out[1:], 8 * x, rtol=1e-14)  # d(4 x^2)/dx
+    assert "# guard:" in code.text
+    flipped = x.copy()
+    flipped[5] = 0.1
+    ok, _, _ = run_generated(gp, params, [flipped])
+    assert not ok
+
+
+@settings(
+    max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    src=loops(),
+    x=st.lists(st.floats(-1, 1), min_size=6, max_size=12).map(np.array),
+    c=st.floats(-1, 1),
+)
+def test_random_loop_bodies_differentiate_as_the_unrolled_tape_does(src, x, c):
+    note(src)
+    ns = {"ad": ad}
+    exec(compile(src, "<loop>", "exec"), ns)
+    tape = ad.trace(ns["f"], x, c)
+    params = [Param("x", len(x)), Param("c", None)]
+    point = [*x, c]
+    if not interpret.guards_hold(tape, interpret.values(tape, point)):
+        return
+    expected = interpret.evaluate(grad_tape(tape), point)
+    check_loop_pipeline(tape, params, [x, c], expected)
+    check_loop_pipeline(tape, params, [x, c], [expected[0], *expected[1:-1]], wrt=[0])
+
+
+# ------------------------------------------------------------------ through the API
+
+
+def test_value_and_grad_folds_before_differentiating_and_agrees_with_the_unrolled_path(
+    monkeypatch,
+):
+    x = np.linspace(-1.2, 1.1, 300)
+    vg = ad.value_and_grad(rosen)
+    value, g = vg(x)
+    assert "differentiated as loops" in vg.explanation
+    assert value == pytest.approx(rosen(x), rel=1e-13)
+    np.testing.assert_allclose(g, rosen_grad(x), rtol=1e-12)
+    monkeypatch.setattr(api, "LOOP_IR", False)
+    old = ad.value_and_grad(rosen)
+    v2, g2 = old(x)
+    assert "differentiated as loops" not in old.explanation
+    assert v2 == value
+    np.testing.assert_allclose(g2, g, rtol=1e-14)
+
+
+def test_parameters_named_like_the_generated_locals():
+    def f(v, c, i):
+        s = 0.0
+        for k in range(len(v)):
+            s = s + v[k] * c[k] + i
+        return s
+
+    rng = np.random.default_rng(3)
+    v, c = rng.normal(size=100), rng.normal(size=100)
+    value, (gv, gc, gi) = ad.value_and_grad(f, argnums=(0, 1, 2))(v, c, 0.5)
+    assert value == pytest.approx(v @ c + 50.0, rel=1e-12)
+    np.testing.assert_allclose(gv, c, rtol=1e-14)
+    np.testing.assert_allclose(gc, v, rtol=1e-14)
+    assert gi == pytest.approx(100.0)
+
+
+def test_a_branch_taken_differently_traces_again_and_is_right():
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + (x[i] ** 2 if x[i] > 0.0 else -x[i])
+        return s
+
+    vg = ad.value_and_grad(f)
+    x = np.linspace(0.1, 1.0, 200)
+    v, g = vg(x)
+    assert "differentiated as loops" in vg.explanation
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-14)
+    y = x.copy()
+    y[::7] *= -1
+    v, g = vg(y)
+    assert vg.traces == 2
+    assert v == pytest.approx(np.sum(np.where(y > 0, y**2, -y)), rel=1e-12)
+    np.testing.assert_allclose(g, np.where(y > 0, 2 * y, -1.0), rtol=1e-14)
+
+
+def test_jit_folds_the_value_alone():
+    f = ad.jit(chain)
+    x = np.linspace(-0.9, 1.1, 400)
+    assert f(x) == pytest.approx(float(chain(x)), rel=1e-12)
+    assert "differentiated" not in f.explanation and "for loops" in f.explanation
+
+
+def test_the_unrolled_tape_is_made_when_a_nan_must_be_named():
+    def f(x):
+        s = 0.0
+        for i in range(len(x)):
+            s = s + ad.log(x[i])
+        return s
+
+    vg = ad.value_and_grad(f, debug_nans=True)
+    x = np.linspace(0.5, 1.5, 300)
+    np.testing.assert_allclose(vg(x)[1], 1 / x, rtol=1e-14)
+    x[17] = -1.0
+    with pytest.raises(ad.NonFiniteError, match="log"):
+        vg(x)
