@@ -27,7 +27,8 @@ import numpy as np
 from . import batch, captures
 from .codegen import Param
 from .interpret import first_nonfinite
-from .loopgen import loop_source
+from .loopgen import batch_source, loop_source
+from .loopir import Lin
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
 from .value import (
@@ -688,12 +689,63 @@ class Transformed:
 
         fname, what = self._fname_doc()
         self.traces += 1
+        if LOOP_IR:
+            found = self._batch_loops(arrays, key, which, names, fname, what)
+            if found is not None:
+                return found
         try:
             return batch.compile_batch(trace_at, fname, what)
         except captures.SwapFailed:
             raise
         except Exception:  # f fails on a short batch (it reads row 9 ...): trace it whole
             return None
+
+    def _batch_loops(
+        self, arrays: list, key: tuple, which: list[int], names: list[str], fname: str, doc: str
+    ) -> Any:
+        """Batch-generic code from the loop IR (``loopgen.batch_source``): the primal
+        traced at a few lengths, made one program in n, differentiated as loops."""
+        from .jit import STRAIGHT_LINE_LIMIT
+
+        def skey(k: int) -> tuple:
+            return tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
+
+        def trace_primal(k: int) -> tuple[Tape, list[Param]]:
+            sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
+            with gc_paused():
+                tape = self._trace(sliced)
+            return tape, self._params(names, skey(k))
+
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        try:
+            found = batch_source(trace_primal, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+        except captures.SwapFailed:
+            raise
+        except Exception:  # f fails on a short batch (it reads row 9 ...): not this way
+            return None
+        if found is None:
+            return None
+        loops, ks = found
+        work = loops.code.work_size
+        work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
+
+        def unrolled() -> Tape:  # the adjoint tape at the largest length traced
+            tape, _ = trace_primal(ks[-1])
+            return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
+
+        params = self._params(names, skey(ks[-1]))
+        return batch.BatchCompiled(
+            fname,
+            loops.source,
+            [],
+            params,
+            work,
+            loops.code.columns,
+            loops.n_out,
+            loops.explanation,
+            unrolled,
+            ks,
+        )
 
     def _same_value(self, args: Sequence[Any], value: float) -> bool:
         """Whether ``f`` run on plain numbers agrees with the generic code's value

@@ -190,7 +190,7 @@ class BatchCompiled:
         columns: np.ndarray,
         n_out: int,
         explanation: str,
-        tape: Tape,
+        tape: Tape | Callable[[], Tape],
         lengths: tuple[int, ...],
     ) -> None:
         from .jit import compile_folded_source  # the Numba side, imported on use
@@ -198,12 +198,19 @@ class BatchCompiled:
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
         self.source = source
         self.explanation = explanation
-        self.tape = tape  # the adjoint tape at the largest traced length
+        self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
         self.fn = compile_folded_source(source, fname, functions, params, "int64")
         self.work_size = work  # (a, b): the work array holds a * n + b values
         self.columns = columns
         self.n_out = n_out
         self._local = threading.local()
+
+    @property
+    def tape(self) -> Tape:
+        """The adjoint tape at the largest length traced."""
+        if callable(self._tape):
+            self._tape = self._tape()
+        return self._tape
 
     def call_n(self, n: int, *args: Any) -> tuple[bool, np.ndarray]:
         """Run for batch length ``n`` on flat float arguments."""

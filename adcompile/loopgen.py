@@ -27,19 +27,34 @@ from __future__ import annotations
 import re
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .codegen import Param, _strip, module_source
 from .loopgrad import GradProgram, Unit, grad, units
-from .loopir import Affine, Arg, At, Block, Column, Lit, Loop, Prev, Program, Read, build
+from .loopir import (
+    Affine,
+    Arg,
+    At,
+    Block,
+    Column,
+    Lit,
+    Loop,
+    NotAffine,
+    Prev,
+    Program,
+    Read,
+    at_length,
+    build,
+    generalise,
+)
 from .passes import hoist_constants
 from .segments import find_segments
 from .tape import CONST, INPUT, Tape
 
-_CLASH = re.compile(r"v|c|i|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
+_CLASH = re.compile(r"v|c|i|n|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
 
 #: Reads of an adjoint at fixed indices kept in locals, at most this many per loop.
 PINNED_MAX = 4
@@ -54,6 +69,28 @@ class Generated:
     columns: np.ndarray
     statements: int
     functions: list[str] = field(default_factory=list)  # (none: kept for FoldedCode's shape)
+
+
+class _Write:
+    """A gradient element's update, ``out[index] += ct``; printed as ``=`` when no
+    element of the gradient is written twice (``_Gen._assign_once``)."""
+
+    __slots__ = ("index", "ct", "indent", "assign")
+
+    def __init__(self, index: str, ct: str) -> None:
+        self.index, self.ct, self.indent, self.assign = index, ct, "", False
+
+    def __str__(self) -> str:
+        return f"{self.indent}out[{self.index}] {'=' if self.assign else '+='} {self.ct}"
+
+
+class _Indented:
+    """A line one level deeper than the lines around it."""
+
+    __slots__ = ("line",)
+
+    def __init__(self, line: str | _Write) -> None:
+        self.line = line
 
 
 def _index(c0: int, c1: int, var: str | None) -> str:
@@ -74,7 +111,14 @@ def generate(
 
 
 class _Gen:
-    def __init__(self, what: Program | GradProgram, params: list[Param]) -> None:
+    def __init__(
+        self,
+        what: Program | GradProgram,
+        params: list[Param],
+        lengths: Sequence[int] | None = None,
+    ) -> None:
+        # generic in the batch length n (counts are Lin): the lengths it was traced at
+        self.lengths = list(lengths) if lengths else None
         self.grad = what if isinstance(what, GradProgram) else None
         self.program = self.grad.program if self.grad else what
         self.units: list[Unit] = self.grad.units if self.grad else units(self.program)
@@ -82,7 +126,8 @@ class _Gen:
         self.params = [
             Param(f"arg_{p.name}", p.size) if _CLASH.fullmatch(p.name) else p for p in params
         ]
-        self.lines: list[str] = []
+        self.lines: list[str | _Write] = []
+        self.writes_out: list[_Write] = []
         self.statements = 0
         self.work = 0
         self.columns: list[float] = []
@@ -133,10 +178,18 @@ class _Gen:
         # value p of repetition i at base + rank[p] + width * i
         self.rank: list[dict[int, int]] = []
         self.width: list[int] = []
+        self.arank: list[dict[int, int]] = []  # the same for adjoints
+        self.awidth: list[int] = []
         for u in us:
             aligned = all(
                 r.index.c1 % u.size == 0 for r in reads if type(r) is At and r.item == u.item
             )
+            if u.loop and aligned:
+                got = sorted({r.index.c0 % u.size for r in incoming[u.item]})
+                self.arank.append({p: k for k, p in enumerate(got)})
+            else:
+                self.arank.append({p: p for p in range(u.size)})
+            self.awidth.append(len(self.arank[-1]))
             adj = adjoints[u.item]
             prev = [
                 k
@@ -167,13 +220,16 @@ class _Gen:
                 self.vbase[n] = self._take(u.trips * self.width[n])
             if adj is None:
                 continue
-            flat = {r.index.c0 for r in incoming[n] if r.index.c1 == 0}
+            flat = list(dict.fromkeys(r.index.c0 for r in incoming[n] if r.index.c1 == 0))
             if not u.loop and not strided[n]:
-                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in sorted(flat)}
+                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in flat}
             elif u.loop and all(r.index.c1 == 0 for r in incoming[n]) and len(flat) <= PINNED_MAX:
-                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in sorted(flat)}
+                # named after the value's slot in repetition 0, and which one it is
+                self.pinned[n] = {
+                    f: f"a{self._slot(n, f % u.size)}_{k}" for k, f in enumerate(flat)
+                }
             else:
-                self.abase[n] = self._take(u.trips * u.size)
+                self.abase[n] = self._take(u.trips * self.awidth[n])
         # columns of per-repetition constants
         self.cbase: dict[tuple[int, int], int] = {}
         for u in us:
@@ -186,6 +242,11 @@ class _Gen:
         """Where value ``p`` of repetition ``rep0 + rep1 * var`` of item ``n`` is stored."""
         w = self.width[n]
         return f"v[{_index(self.vbase[n] + self.rank[n][p] + w * rep0, w * rep1, var)}]"
+
+    def aidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
+        """Where the adjoint of value ``p`` of repetition ``rep0 + rep1 * var`` is summed."""
+        w = self.awidth[n]
+        return f"v[{_index(self.abase[n] + self.arank[n][p] + w * rep0, w * rep1, var)}]"
 
     def _last(self, r: At) -> bool:
         """Whether ``r`` reads a loop's value of its last repetition: the local
@@ -226,7 +287,7 @@ class _Gen:
             return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
         return f"v[{_index(self.vbase[r.item] + r.index.c0, r.index.c1, var)}]"
 
-    def add(self, r: Read, var: str | None, ct: str) -> str | None:
+    def add(self, r: Read, var: str | None, ct: str) -> str | _Write | None:
         """The statement adding cotangent ``ct`` where read ``r`` came from."""
         if type(r) is Arg:
             if r.param not in self.goff:
@@ -235,24 +296,37 @@ class _Gen:
             self.writes.append(
                 (r.param, r.index.c0, r.index.c1 if inside else 0, self.trips if inside else 1)
             )
-            return f"out[{_index(self.goff[r.param] + r.index.c0, r.index.c1, var)}] += {ct}"
+            return _Write(_index(self.goff[r.param] + r.index.c0, r.index.c1, var), ct)
         if type(r) is At:
             if self.grad.adjoints[r.item] is None:  # not differentiated: no adjoint
                 return None
             base = self.abase[r.item]
+            item = self.program.items[r.item]
+            if base is not None and type(item) is Loop and r.index.c1 % item.size == 0:
+                k = item.size
+                at = self.aidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
+                return f"{at} += {ct}"
             if base is not None:
                 return f"v[{_index(base + r.index.c0, r.index.c1, var)}] += {ct}"
             return f"{self.pinned[r.item][r.index.c0]} += {ct}"
         return None  # Lit, Column: constants
 
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
+    def emit(self, depth: int, line: str | _Write | _Indented) -> None:
+        if isinstance(line, _Indented):
+            self.emit(depth + 1, line.line)
+        elif isinstance(line, _Write):
+            line.indent = "    " * depth
+            self.writes_out.append(line)
+            self.lines.append(line)
+        else:
+            self.lines.append("    " * depth + line)
 
     # ---- the function
 
     def source(self, fname: str, doc: str) -> Generated:
         names = [p.name for p in self.params]
-        self.emit(0, f"def {fname}({', '.join(names + ['v', 'c', 'out'])}):")
+        lead = ["n"] if self.lengths else []
+        self.emit(0, f"def {fname}({', '.join(lead + names + ['v', 'c', 'out'])}):")
         if doc:
             self.emit(1, f'"""{doc}"""')
         for u in self.units:
@@ -266,7 +340,7 @@ class _Gen:
         else:
             self._reverse()
         self.emit(1, "return True")
-        text = "\n".join(self.lines) + "\n"
+        text = "\n".join(map(str, self.lines)) + "\n"
         return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
 
     def _guard(self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str) -> None:
@@ -301,13 +375,13 @@ class _Gen:
             else:
                 operand[j] = self.ref(r, var, u, k)
         if u.loop:
-            stop = u.trips * u.size
             item = self.program.items[n]
-            self.emit(
-                1,
-                f"# L{n}: {u.size} slots x {u.trips} repetitions "
-                f"(tape slots {item.start}..{item.start + stop - 1})",
+            slots = (
+                f"tape slots {item.start}.."
+                if self.lengths
+                else f"tape slots {item.start}..{item.start + u.trips * u.size - 1}"
             )
+            self.emit(1, f"# L{n}: {u.size} slots x {u.trips} repetitions ({slots})")
             self.emit(1, f"for i in range({u.trips}):")
             for line in prelude:
                 self.emit(2, line)
@@ -349,7 +423,7 @@ class _Gen:
                 continue
             if self.abase[n] is not None:
                 b = self.abase[n]
-                self.emit(1, f"v[{b}:{b + u.trips * u.size}] = 0.0")
+                self.emit(1, f"v[{b}:{b + u.trips * self.awidth[n]}] = 0.0")
             for name in self.pinned[n].values():
                 self.emit(1, f"{name} = 0.0")
         self.emit(1, f"out[0] = {self.ref(self.program.outputs[0], None)}")
@@ -367,15 +441,19 @@ class _Gen:
     def _assign_once(self, zeroing: int, at: int) -> None:
         """When no gradient element is added to twice, store instead of adding,
         and zero only the elements nothing writes."""
-        counts = np.zeros(at, np.int64)
-        for param, c0, c1, count in self.writes:
-            idx = self.goff[param] + c0 + c1 * np.arange(count)
-            np.add.at(counts, idx, 1)
-        if counts[1:].max(initial=0) > 1:
+        seen = []
+        for length in self.lengths or [0]:  # generic code: as at each length traced
+            counts = np.zeros(at, np.int64)
+            for param, c0, c1, count in self.writes:
+                c0, count = at_length(c0, length), at_length(count, length)
+                np.add.at(counts, self.goff[param] + c0 + c1 * np.arange(count), 1)
+            if counts[1:].max(initial=0) > 1:
+                return
+            seen.append(counts)
+        if any(not np.array_equal(c, seen[0]) for c in seen):
             return
-        pattern = re.compile(r"^(\s*out\[[^\]]*\]) \+= ")
-        for k in range(zeroing + 1, len(self.lines)):
-            self.lines[k] = pattern.sub(r"\1 = ", self.lines[k])
+        for w in self.writes_out:
+            w.assign = True
         zero = np.flatnonzero(counts[1:] == 0) + 1
         runs = np.split(zero, np.flatnonzero(np.diff(zero) != 1) + 1) if len(zero) else []
         text = [
@@ -397,7 +475,8 @@ class _Gen:
             if type(u.reads[k]) is Prev
         }
         start = {c: "0.0" for c in carries.values()}
-        # forward values the vjp reads
+        # forward values the vjp reads, each loaded where it is first used
+        pending: dict[int, tuple[str, str]] = {}  # slot -> (local, what it loads)
         for s, j in sorted(adj.primal.items()):
             if j not in adj.uses:
                 continue
@@ -411,11 +490,11 @@ class _Gen:
                     p = self.pos_of[r.slot]
                     name = f"p{self._slot(n, p)}"
                     if k in self.prev_stored[n]:
-                        lines.append(f"{name} = {self.vidx(n, self.prev_stored[n][k], 0, 1, 'i')}")
+                        pending[s] = (name, self.vidx(n, self.prev_stored[n][k], 0, 1, "i"))
                     else:
                         first = self.ref(r.init, None)
                         before = self.vidx(n, p, -1, 1, "i")
-                        lines.append(f"{name} = {before} if i > 0 else {first}")
+                        pending[s] = (name, f"{before} if i > 0 else {first}")
                     operand[s] = name
                 else:
                     operand[s] = self.ref(r, var, u, k)
@@ -423,15 +502,22 @@ class _Gen:
                 operand[s] = self.name(u, j)
                 if u.loop:
                     p = self.pos_of[j]
-                    lines.append(f"{operand[s]} = {self.vidx(n, p, 0, 1, 'i')}")
+                    pending[s] = (operand[s], self.vidx(n, p, 0, 1, "i"))
+
+        def use(a: int) -> str:
+            if a in pending:
+                name, load = pending.pop(a)
+                lines.append(f"{name} = {load}")
+            return operand[a]
+
         # cotangents coming in
         m = len(body.inputs)
         for q, p in enumerate(adj.cts):
             j = u.positions[p]
             terms = []
             slot = self._slot(n, p)
-            if self.abase[n] is not None:
-                terms.append(f"v[{_index(self.abase[n] + p, u.size, var)}]")
+            if self.abase[n] is not None and p in self.arank[n]:
+                terms.append(self.aidx(n, p, 0, 1, var))
             mine = [c for k, c in carries.items() if u.reads[k].slot == j]
             for f, name in self.pinned[n].items():
                 if f % u.size == p:
@@ -446,6 +532,8 @@ class _Gen:
             operand[vjp.inputs[m + q]] = f"ct{slot}"
             lines.append(f"ct{slot} = {' + '.join(terms) if terms else '0.0'}")
         # the vjp's own statements
+        exit_ = adj.zero_exit(set(carries)) if u.loop else None
+        exit_at, unloaded = -1, {}
         taken: dict[str, int] = {}
         names = vjp.slot_names or [f"t{s}" for s in range(len(vjp.nodes))]
         for s, node in enumerate(vjp.nodes):
@@ -461,14 +549,16 @@ class _Gen:
             if taken[nm] > 1:
                 nm = f"{nm}_{taken[nm] - 1}"
             operand[s] = nm
-            expr = node.op.code.format(*(operand[a] for a in node.args))
+            expr = node.op.code.format(*(use(a) for a in node.args))
             lines.append(f"{nm} = {_strip(expr)}")
             self.statements += 1
+            if exit_ is not None and s == exit_[0]:
+                exit_at, unloaded = len(lines), dict(pending)
         # cotangents going out
         groups: dict[tuple[int, int], list[tuple[Arg, str]]] = {}
         fixed: dict[Read, str] = {}
         for k, o in zip(adj.routes, vjp.outputs):
-            ct = operand[o]
+            ct = use(o)
             if k in carries:
                 lines.append(f"{carries[k]} = {ct}")
                 continue
@@ -489,8 +579,25 @@ class _Gen:
                 lines.append(stmt)
         before = [f"{name} = 0.0" for name in fixed.values()]
         after = [line for r, name in fixed.items() if (line := self.add(r, None, name))]
+        skip: list = []  # what a repetition whose cotangent is zero still does
         for (param, c1), members in groups.items():
-            self._shift(u, param, c1, members, lines, before, after)
+            self._shift(u, param, c1, members, lines, before, after, skip)
+        if exit_at >= 0:
+            s, outs = exit_
+            for k, same in zip(adj.routes, outs):
+                if k in carries:
+                    value = (
+                        "0.0"
+                        if same is None
+                        else unloaded[same][1]
+                        if same in unloaded
+                        else operand[same]
+                    )
+                    skip.insert(0, f"{carries[k]} = {value}")
+            note = "  # nothing flows back through this repetition"
+            lines[exit_at:exit_at] = [f"if {operand[s]} == 0.0:{note}"] + [
+                _Indented(line) for line in skip
+            ] + [_Indented("continue")]
         kind = "L" if u.loop else "B"
         self.emit(1, f"# reverse of {kind}{n}")
         for c in carries.values():
@@ -517,6 +624,7 @@ class _Gen:
         lines: list[str],
         before: list[str],
         after: list[str],
+        skip: list,
     ) -> None:
         """Add the cotangents of reads ``x[c0 + c1 * i]`` of one argument.
 
@@ -545,11 +653,15 @@ class _Gen:
         reg = {d: f"r{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
         before += [f"{name} = 0.0" for name in reg.values()]
         total = " + ".join([reg[hi - 1], *by_q[hi]])
-        lines.append(f"out[{_index(g + c0 + c1 * hi, c1, 'i')}] += {total}")
+        lines.append(_Write(_index(g + c0 + c1 * hi, c1, "i"), total))
         for d in range(hi - 1, lo, -1):
             lines.append(f"{reg[d]} = {' + '.join([reg[d - 1], *by_q.get(d, [])])}")
         lines.append(f"{reg[lo]} = {' + '.join(by_q[lo])}")
-        after += [f"out[{g + c0 + c1 * d}] += {name}" for d, name in reg.items()]
+        after += [_Write(str(g + c0 + c1 * d), name) for d, name in reg.items()]
+        # a skipped repetition still moves the register along
+        skip.append(_Write(_index(g + c0 + c1 * hi, c1, "i"), reg[hi - 1]))
+        skip += [f"{reg[d]} = {reg[d - 1]}" for d in range(hi - 1, lo, -1)]
+        skip.append(f"{reg[lo]} = 0.0")
 
     def _vjp_name(self, u: Unit, name: str) -> str:
         """``b{k}``, the adjoint of body slot k, after the tape slot of repetition 0."""
@@ -636,3 +748,72 @@ def loop_source(
         else (len(program.outputs))
     )
     return LoopSource(program, gp, code, source, explanation, n_out, timings)
+
+
+#: The batch lengths a loss is traced at for batch-generic code (three, so that
+#: a number is checked to be affine in n rather than assumed), and the lengths
+#: tried next when detection folds those differently.
+BATCH_SIZES = ((8, 9, 11), (12, 14, 17))
+
+
+def batch_source(
+    trace_at: Callable[[int], tuple[Tape, list[Param]]],
+    wrt: Sequence[int] | None,
+    fname: str,
+    doc: str = "",
+    limit: int = 1000,
+) -> tuple[LoopSource, tuple[int, ...]] | None:
+    """Batch-generic code from the loop IR: ``trace_at(k)`` traces the primal at
+    batch length k; the folded programs at three lengths are made one program
+    in ``n`` (``loopir.generalise``), differentiated as loops and printed as
+    ``fname(n, *params, v, c, out)``. Returns it and the lengths traced, or
+    None when they are not one program.
+    """
+    clock = time.perf_counter()
+    timings: dict[str, float] = {}
+    for ks in BATCH_SIZES:
+        programs = []
+        for k in ks:
+            tape, params = trace_at(k)
+            tape = hoist_constants(tape)
+            segments = find_segments(tape, params, min_saved=2)
+            if not segments:
+                return None
+            try:
+                programs.append(build(tape, segments, params, fname))
+            except ValueError:
+                return None
+        generic = generalise(programs, ks)
+        if generic is not None:
+            break
+    else:
+        return None
+    timings["trace and detect"] = time.perf_counter() - clock
+    try:
+        gp = grad(generic, wrt) if wrt is not None else None
+        statements = gp.statements if gp is not None else generic.statements
+        if statements > limit:
+            return None
+        code = _Gen(gp if gp is not None else generic, list(generic.params), ks).source(fname, doc)
+    except NotAffine:
+        return None
+    loops = [it for it in generic.items if type(it) is Loop]
+    shapes = "; ".join(f"{lp.size} slots x {lp.trips} repetitions" for lp in loops[:4])
+    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
+    explanation = (
+        f"Generic in the batch length n: traced at n = {', '.join(map(str, ks))}, folded into "
+        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}) and checked to be "
+        "one program whose loop counts and offsets are written in n"
+        + (", then differentiated as loops" if gp else "")
+        + f". The source has {code.statements} statements."
+    )
+    header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
+    source = module_source([header + code.text])
+    timings["generate"] = time.perf_counter() - clock - timings["trace and detect"]
+    prm = generic.params
+    n_out = (
+        1 + sum(1 if prm[p].size is None else prm[p].size for p in gp.wrt)
+        if gp
+        else len(generic.outputs)
+    )
+    return LoopSource(generic, gp, code, source, explanation, n_out, timings), tuple(ks)

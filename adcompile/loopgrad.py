@@ -15,6 +15,9 @@ it read, which are then added where the read came from:
   value);
 - a literal or a column of constants: nowhere.
 
+(A literal that depends on the batch length, an ``NFloat``, stays a read in
+a block's body rather than a constant, so that the vjp reads it as it is.)
+
 A straight-line block is reversed the same way, as one repetition.
 
 The vjp tape's inputs are the body's reads, then the cotangents of the
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .loopir import Arg, At, Block, Lit, Loop, Prev, Program, Read
+from .loopir import Arg, At, Block, Lit, Loop, NFloat, Prev, Program, Read
 from .ops import OPS
 from .passes import prune
 from .reverse import grad_tape
@@ -72,6 +75,59 @@ class Adjoint:
     routes: list[int]  # reads whose cotangent is a vjp output, in order
     primal: dict[int, int]  # vjp slot -> the body slot whose forward value it is
     uses: set[int]  # body slots whose forward values the vjp reads
+
+
+    def zero_exit(self, carried: set[int], tries: int = 8) -> tuple[int, list] | None:
+        """A vjp slot whose value 0 makes the rest of a repetition's reverse add
+        nothing: every output (cotangent of read ``routes[k]``) is then 0, or,
+        for the reads in ``carried`` (a ``prev``'s), a cotangent coming in or a
+        slot computed before it.
+
+        Products, quotients and negations of zero are zero, and ``c + 0`` is
+        ``c`` (nan and inf times zero aside, as in a hand-written backward pass
+        that skips an example whose cotangent is zero: the hinge of a
+        classifier that is right with margin). Returns ``(slot, outs)`` with
+        ``outs[k]`` None (zero) or the slot it equals; None when no slot of the
+        first ``tries`` products qualifies.
+        """
+        vjp, nodes = self.vjp, self.vjp.nodes
+        names = {"mul", "div", "neg"}
+        cands = [
+            j
+            for j, nd in enumerate(nodes)
+            if j not in self.primal and getattr(nd.op, "name", "") in names
+        ][:tries]
+        cts = set(vjp.inputs[len(vjp.inputs) - len(self.cts) :])
+        for s in cands:
+            zero = [nd.op == CONST and nd.value == 0.0 for nd in nodes]
+            same = list(range(len(nodes)))  # the slot each equals once s is 0
+            zero[s] = True
+            for j in range(s + 1, len(nodes)):
+                nd = nodes[j]
+                name, a = getattr(nd.op, "name", ""), nd.args
+                if j in self.primal:
+                    continue
+                if name == "mul":
+                    zero[j] = zero[a[0]] or zero[a[1]]
+                elif name in ("div", "neg"):
+                    zero[j] = zero[a[0]]
+                elif name == "add":
+                    zero[j] = zero[a[0]] and zero[a[1]]
+                    same[j] = same[a[0]] if zero[a[1]] else same[a[1]] if zero[a[0]] else j
+                elif name == "sub":
+                    zero[j] = zero[a[0]] and zero[a[1]]
+                    same[j] = same[a[0]] if zero[a[1]] else j
+            outs: list = []
+            for k, o in zip(self.routes, vjp.outputs):
+                if zero[o]:
+                    outs.append(None)
+                elif k in carried and (same[o] in cts or same[o] < s or same[o] in self.primal):
+                    outs.append(same[o])
+                else:
+                    break
+            else:
+                return s, outs
+        return None
 
 
 @dataclass
@@ -140,7 +196,7 @@ def _block_unit(n: int, block: Block) -> Unit:
         key = (type(r), r)
         if key not in seen:
             seen[key] = len(nodes)
-            if type(r) is Lit:
+            if type(r) is Lit and type(r.value) is not NFloat:
                 nodes.append(Node(CONST, (), r.value))
             else:
                 inputs.append(len(nodes))

@@ -426,3 +426,215 @@ def _loop(tape: Tape, s: Segment, ref, is_const: np.ndarray, guards_at: dict) ->
     return Loop(
         start, k, s.reps, Tape(body, body_inputs, outputs, body_guards, names), reads, positions
     )
+
+
+# ------------------------------------------------------------------ the batch length
+
+
+class NotAffine(ValueError):
+    """A number of a generic program is not affine in the batch length there."""
+
+
+@dataclass(frozen=True)
+class Lin:
+    """``a + b * n``, ``b != 0``: a count or an offset affine in the batch length n.
+
+    Arithmetic with ints stays exact (:func:`lin` gives back a plain int when
+    ``b`` is 0); ``//`` and ``%`` by an int are defined when it divides ``b``.
+    It prints as Python source in ``n``.
+    """
+
+    a: int
+    b: int
+
+    def __add__(self, o: int | Lin) -> int | Lin:
+        a, b = _parts(o)
+        return lin(self.a + a, self.b + b)
+
+    __radd__ = __add__
+
+    def __sub__(self, o: int | Lin) -> int | Lin:
+        a, b = _parts(o)
+        return lin(self.a - a, self.b - b)
+
+    def __rsub__(self, o: int | Lin) -> int | Lin:
+        a, b = _parts(o)
+        return lin(a - self.a, b - self.b)
+
+    def __neg__(self) -> int | Lin:
+        return lin(-self.a, -self.b)
+
+    def __mul__(self, k: int | Lin) -> int | Lin:
+        if isinstance(k, Lin):
+            raise NotAffine(f"({self}) * ({k}) is not affine in n")
+        return lin(self.a * k, self.b * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, m: int) -> int | Lin:
+        if not isinstance(m, int) or self.b % m:
+            raise NotAffine(f"({self}) // {m} is not affine in n")
+        return lin(self.a // m, self.b // m)
+
+    def __mod__(self, m: int) -> int:
+        if not isinstance(m, int) or self.b % m:
+            raise NotAffine(f"({self}) % {m} depends on n")
+        return self.a % m
+
+    def at(self, n: int) -> int:
+        return self.a + self.b * n
+
+    def __str__(self) -> str:
+        term = "n" if abs(self.b) == 1 else f"{abs(self.b)} * n"
+        if self.b > 0:
+            return term if not self.a else f"{term} {'+' if self.a > 0 else '-'} {abs(self.a)}"
+        return f"-{term}" if not self.a else f"{self.a} - {term}"
+
+
+def lin(a: int, b: int) -> int | Lin:
+    """``a + b * n``: a plain int when ``b`` is 0."""
+    return int(a) if b == 0 else Lin(int(a), int(b))
+
+
+def _parts(o: int | Lin) -> tuple[int, int]:
+    if isinstance(o, Lin):
+        return o.a, o.b
+    if isinstance(o, (int, np.integer)) and not isinstance(o, bool):
+        return int(o), 0
+    raise NotAffine(f"{o!r} is not an integer")
+
+
+def at_length(x: int | Lin, n: int) -> int:
+    """A count of a generic program at batch length ``n``."""
+    return x.at(n) if isinstance(x, Lin) else x
+
+
+class NFloat(float):
+    """A constant that depends on the batch length (a mean's ``1 / n``): it prints
+    as its expression in ``n``; its float value is the one at the last length traced."""
+
+    expr: str
+
+    def __new__(cls, value: float, expr: str) -> NFloat:
+        self = super().__new__(cls, value)
+        self.expr = expr
+        return self
+
+    def __repr__(self) -> str:
+        return self.expr
+
+    def __hash__(self) -> int:
+        return hash((float(self), self.expr))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, NFloat) and other.expr == self.expr
+
+
+class _NotOne(Exception):
+    pass
+
+
+def generalise(programs: Sequence[Program], ks: Sequence[int]) -> Program | None:
+    """One program for every batch length n, from the programs traced at the
+    lengths ``ks`` (three): every number that differs between them must be
+    affine in n (loop counts, offsets: then a :class:`Lin`) or, outside loop
+    bodies, affine in n or in ``1 / n`` (an :class:`NFloat`); the rest must be
+    the same. None when they are not one program."""
+    if len(programs) != 3 or len(ks) != 3:
+        raise ValueError("generalise takes the programs at three lengths")
+    try:
+        return _unify(list(programs), list(ks))
+    except (_NotOne, NotAffine):
+        return None
+
+
+def _unify(objs: list, ks: list[int]):  # noqa: ANN202 (any part of a program)
+    first = objs[0]
+    t = type(first)
+    if any(type(o) is not t for o in objs):
+        raise _NotOne
+    if t is int:
+        if all(o == first for o in objs):
+            return first
+        (k0, k1, k2), (v0, v1, v2) = ks, objs
+        b, r = divmod(v1 - v0, k1 - k0)
+        a = v0 - b * k0
+        if r or v2 != a + b * k2:
+            raise _NotOne
+        return lin(a, b)
+    if isinstance(first, float):
+        if all(o == first for o in objs):
+            return first
+        return _fit_float(objs, ks)
+    if first is None or t in (bool, str) or not hasattr(first, "__dict__") and t not in (
+        list,
+        tuple,
+    ):
+        if t is str or all(o == first for o in objs):  # (str: names, taken from the first)
+            return first
+        raise _NotOne
+    if t in (list, tuple):
+        if len({len(o) for o in objs}) != 1:
+            raise _NotOne
+        return t(_unify(list(parts), ks) for parts in zip(*objs))
+    if t is Tape:  # a loop body: the same at every length
+        if not all(_same_tape(first, o) for o in objs[1:]):
+            raise _NotOne
+        return first
+    if t is Loop:
+        return Loop(
+            first.start,  # (names only)
+            _unify([o.size for o in objs], ks),
+            _unify([o.trips for o in objs], ks),
+            _unify([o.body for o in objs], ks),
+            _unify([o.reads for o in objs], ks),
+            _unify([o.positions for o in objs], ks),
+        )
+    if t is Block:
+        return Block(_unify([o.nodes for o in objs], ks), list(first.slots))
+    if t is Program:
+        return Program(
+            _unify([o.params for o in objs], ks),
+            _unify([o.items for o in objs], ks),
+            _unify([o.outputs for o in objs], ks),
+            _unify([o.guards for o in objs], ks),
+            first.name,
+        )
+    if t is Affine:
+        c0 = _unify([o.c0 for o in objs], ks)
+        c1 = _unify([o.c1 for o in objs], ks)
+        if isinstance(c1, Lin):
+            raise _NotOne  # a stride that depends on n
+        return Affine(c0, c1)
+    if t in (Arg, At, Lit, Column, Prev, Param):
+        names = list(first.__dataclass_fields__)
+        return t(*[_unify([getattr(o, f) for o in objs], ks) for f in names])
+    if all(o is first for o in objs):  # an Op
+        return first
+    raise _NotOne
+
+
+def _fit_float(vals: list[float], ks: list[int]) -> NFloat:
+    (k0, k1, k2), (v0, v1, v2) = ks, [float(v) for v in vals]
+
+    def close(x: float, y: float) -> bool:
+        return abs(x - y) <= 1e-12 * max(abs(x), abs(y))
+
+    q = (v1 - v0) / (k1 - k0)
+    p = v0 - q * k0
+    if close(v2, p + q * k2):
+        return NFloat(v2, f"({p!r} + {q!r} * n)" if p else f"({q!r} * n)")
+    q = (v1 - v0) / (1 / k1 - 1 / k0)
+    p = v0 - q / k0
+    if close(v2, p + q / k2):
+        return NFloat(v2, f"({p!r} + {q!r} / n)" if p else f"({q!r} / n)")
+    raise _NotOne
+
+
+def _same_tape(a: Tape, b: Tape) -> bool:
+    return (
+        a.nodes == b.nodes
+        and a.inputs == b.inputs
+        and a.outputs == b.outputs
+        and [g[:4] for g in a.guards] == [g[:4] for g in b.guards]
+    )
