@@ -848,10 +848,25 @@ class Transformed:
         fname, doc = self._fname_doc()
         from .jit import Compiled  # Numba is imported on first compile, not with adcompile
 
-        compiled = self._compile_loops(tape, params, key, positions, fname, doc)
+        report: dict = {}
+        compiled = self._compile_loops(tape, params, key, positions, fname, doc, report)
         if compiled is None:
             code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
-            compiled = Compiled(code_tape, params, fname, doc)
+            # many short loops that are not one loop (a NumPy matmul's rows): folding
+            # the adjoint would not fit either, and searching it costs more than the
+            # interpreter's first call
+            from .jit import STRAIGHT_LINE_LIMIT
+
+            flat = report.get("flat", 0)
+            force, why = None, None
+            if flat > 2 * STRAIGHT_LINE_LIMIT:
+                force = "interpreter"
+                why = (
+                    f"its loops folded leave {flat} statements outside long loop bodies "
+                    f"(loops that are not one loop: a NumPy matmul's rows), over "
+                    f"{2 * STRAIGHT_LINE_LIMIT}"
+                )
+            compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
@@ -867,15 +882,17 @@ class Transformed:
         positions: list[int],
         fname: str,
         doc: str,
+        report: dict | None = None,
     ) -> Any:
         """A large tape folded into loops before it is differentiated, the loops
-        differentiated as loops (``adcompile.loopgen``); None when it does not fold."""
+        differentiated as loops (``adcompile.loopgen``); None when it does not fold
+        (``report`` then says how far it got, see ``loop_source``)."""
         from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, LoopCompiled
 
         if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
             return None
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
-        loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+        loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT, report)
         if loops is None:
             return None
         if self.mode == "jit":

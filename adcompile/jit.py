@@ -241,7 +241,8 @@ def clear_cache() -> int:
 
 
 class Compiled:
-    """A tape compiled to a function of flat float arguments.
+    """A tape compiled to a function of flat float arguments (``force`` a kind,
+    ``why`` the reason given for it).
 
     Calling it with the arguments (floats, or flat float64 arrays, as in
     ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
@@ -257,10 +258,12 @@ class Compiled:
         fname: str,
         doc: str = "",
         force: str | None = None,
+        why: str | None = None,
     ) -> None:
         self.tape = tape
         self.params = list(params)
         self.n_out = len(tape.outputs)
+        self._source: str | None = None
         plan = None
         if force is None:
             kind = "straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter"
@@ -304,23 +307,33 @@ class Compiled:
         else:
             self.program: Program = to_program(tape)
             self.explanation = f"{len(tape)} slots, run on the compiled tape interpreter" + (
-                " (as asked)."
+                f": {why}."
+                if why
+                else " (as asked)."
                 if force
                 else f": straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
                 "to compile"
                 + (", and folding repeated segments would not shorten it enough." if plan else ".")
             )
-            self.source = (
-                _comment(f"{fname}: {self.explanation}")
-                + "# The tape:\n"
-                + "\n".join("# " + ln for ln in str(tape).split("\n"))
-                + "\n"
-            )
+            self._header = _comment(f"{fname}: {self.explanation}")  # (source: on use)
             self._run, self._check = interpreter()
             self.call = self._call_interpreter
 
     def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
         return self.call(*args)
+
+    @property
+    def source(self) -> str:
+        """The generated source; for the interpreter, the tape it runs, printed
+        when first asked for (a large tape takes seconds to print)."""
+        if self._source is None:
+            lines = str(self.tape).split("\n")
+            self._source = self._header + "# The tape:\n" + "".join(f"# {ln}\n" for ln in lines)
+        return self._source
+
+    @source.setter
+    def source(self, text: str) -> None:
+        self._source = text
 
     def _call_straight(self, *args: Any) -> tuple[bool, np.ndarray]:
         out = _empty(self.n_out)

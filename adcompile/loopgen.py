@@ -56,6 +56,10 @@ from .tape import CONST, INPUT, Tape
 
 _CLASH = re.compile(r"v|c|i|n|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
 
+#: A loop body of this many operations is long: folding it in turn (loops
+#: inside loops) could shorten it (``loop_source``'s report).
+LONG_BODY = 96
+
 #: Reads of an adjoint at fixed indices kept in locals, at most this many per loop.
 PINNED_MAX = 4
 
@@ -595,9 +599,11 @@ class _Gen:
                     )
                     skip.insert(0, f"{carries[k]} = {value}")
             note = "  # nothing flows back through this repetition"
-            lines[exit_at:exit_at] = [f"if {operand[s]} == 0.0:{note}"] + [
-                _Indented(line) for line in skip
-            ] + [_Indented("continue")]
+            lines[exit_at:exit_at] = (
+                [f"if {operand[s]} == 0.0:{note}"]
+                + [_Indented(line) for line in skip]
+                + [_Indented("continue")]
+            )
         kind = "L" if u.loop else "B"
         self.emit(1, f"# reverse of {kind}{n}")
         for c in carries.values():
@@ -699,10 +705,15 @@ def loop_source(
     fname: str,
     doc: str = "",
     limit: int = 1000,
+    report: dict | None = None,
 ) -> LoopSource | None:
     """Fold the primal ``tape``, differentiate the folded program by the
     parameters ``wrt`` (None: the value only) and print it; None when folding
     does not at least halve the statements or leaves more than ``limit``.
+
+    ``report``, if given, gets ``flat``: the statements of the folded primal
+    outside loops with long bodies (``LONG_BODY`` operations or more), which
+    only loops inside loops could shorten.
     """
     clock = time.perf_counter()
     timings: dict[str, float] = {}
@@ -719,6 +730,12 @@ def loop_source(
     if not segments:
         return None
     program = build(tape, segments, params, fname)
+    if report is not None:
+        report["flat"] = sum(
+            len(it.nodes) if type(it) is Block else it.body.n_ops
+            for it in program.items
+            if type(it) is Block or it.body.n_ops < LONG_BODY
+        )
     if program.statements > min(limit, tape.n_ops // 2):
         return None
     lap("build")

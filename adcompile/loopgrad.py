@@ -76,8 +76,9 @@ class Adjoint:
     primal: dict[int, int]  # vjp slot -> the body slot whose forward value it is
     uses: set[int]  # body slots whose forward values the vjp reads
 
-
-    def zero_exit(self, carried: set[int], tries: int = 8) -> tuple[int, list] | None:
+    def zero_exit(
+        self, carried: set[int], tries: int = 8, min_saved: int = 16
+    ) -> tuple[int, list] | None:
         """A vjp slot whose value 0 makes the rest of a repetition's reverse add
         nothing: every output (cotangent of read ``routes[k]``) is then 0, or,
         for the reads in ``carried`` (a ``prev``'s), a cotangent coming in or a
@@ -88,7 +89,8 @@ class Adjoint:
         that skips an example whose cotangent is zero: the hinge of a
         classifier that is right with margin). Returns ``(slot, outs)`` with
         ``outs[k]`` None (zero) or the slot it equals; None when no slot of the
-        first ``tries`` products qualifies.
+        first ``tries`` products qualifies, or when fewer than ``min_saved``
+        operations would be skipped (a test per repetition then costs more).
         """
         vjp, nodes = self.vjp, self.vjp.nodes
         names = {"mul", "div", "neg"}
@@ -98,7 +100,10 @@ class Adjoint:
             if j not in self.primal and getattr(nd.op, "name", "") in names
         ][:tries]
         cts = set(vjp.inputs[len(vjp.inputs) - len(self.cts) :])
+        later = np.cumsum([j not in self.primal and nd.args != () for j, nd in enumerate(nodes)])
         for s in cands:
+            if later[-1] - later[s] < min_saved:
+                break
             zero = [nd.op == CONST and nd.value == 0.0 for nd in nodes]
             same = list(range(len(nodes)))  # the slot each equals once s is 0
             zero[s] = True

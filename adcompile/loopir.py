@@ -566,9 +566,15 @@ def _unify(objs: list, ks: list[int]):  # noqa: ANN202 (any part of a program)
         if all(o == first for o in objs):
             return first
         return _fit_float(objs, ks)
-    if first is None or t in (bool, str) or not hasattr(first, "__dict__") and t not in (
-        list,
-        tuple,
+    if (
+        first is None
+        or t in (bool, str)
+        or not hasattr(first, "__dict__")
+        and t
+        not in (
+            list,
+            tuple,
+        )
     ):
         if t is str or all(o == first for o in objs):  # (str: names, taken from the first)
             return first

@@ -34,8 +34,8 @@ def hf2(x, y):
     )
 
 
-def main() -> None:
-    """Print each case's medians and ratio."""
+def main(argv: list[str] | None = None) -> None:
+    """Print each case's medians and ratio (no options)."""
     g1 = ad.value_and_grad(lambda x: (x - 1.0) ** 2 + ad.sin(x))
     g2 = ad.value_and_grad(lambda x, y: (x - 1.0) ** 2 * y + ad.sin(x * y), argnums=(0, 1))
     cases = []

@@ -4,6 +4,7 @@ Run from the repository root::
 
     python -m benchmarks.first_call            # every case, a few minutes on 2 cores
     python -m benchmarks.first_call --case chain
+    adcompile bench first-call --case chain    # the same
 
 Each case runs ``ad.value_and_grad`` in a fresh Python process with an empty
 adcompile cache (cold), then again in a second fresh process on the same
@@ -122,7 +123,8 @@ def child(name: str, n: int) -> dict[str, Any]:
 def spawn(name: str, n: int, cache: str) -> dict[str, Any]:
     env = dict(os.environ, ADCOMPILE_CACHE_DIR=cache, ADCOMPILE_QUIET="1")
     cmd = [sys.executable, "-m", "benchmarks.first_call", "--child", json.dumps([name, n])]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=root)
     if res.returncode:
         return {"error": (res.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(res.stdout.strip().splitlines()[-1])

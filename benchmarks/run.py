@@ -185,13 +185,25 @@ def _summary(rec: dict[str, Any]) -> str:
     return f"{st}: {rec.get('reason', '')}"
 
 
+#: ``adcompile bench NAME ...`` runs these instead of the peer comparison:
+#: first calls in fresh processes (issue 16), per-call overhead against the
+#: Numba kernel and the eager Value against micrograd (issue 17).
+SIDE_BY_SIDE = {
+    "first-call": "first_call",
+    "call-overhead": "call_overhead",
+    "eager": "eager_side_by_side",
+}
+
+
 def parse_args(
     argv: list[str] | None, prog: str = "python -m benchmarks.run"
 ) -> argparse.Namespace:
     """The options; ``prog`` is the command shown in the usage line."""
     ap = argparse.ArgumentParser(
         prog=prog,
-        description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md.",
+        description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md. "
+        "'first-call [--case C]', 'call-overhead' and 'eager' as the first argument run "
+        "those benchmarks instead.",
     )
     ap.add_argument(
         "--workload",
@@ -259,6 +271,16 @@ def parse_args(
 def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") -> int:
     """Entry point (also for ``adcompile bench``, which passes its name as ``prog``); the exit
     status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in SIDE_BY_SIDE:  # the other benchmarks, each its own program
+        import importlib
+
+        module = importlib.import_module(f"benchmarks.{SIDE_BY_SIDE[argv[0]]}")
+        try:
+            module.main(argv[1:])
+        except SystemExit as e:
+            return int(e.code or 0)
+        return 0
     try:
         a = parse_args(argv, prog)
     except SystemExit as e:

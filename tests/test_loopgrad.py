@@ -286,3 +286,38 @@ def test_the_unrolled_tape_is_made_when_a_nan_must_be_named():
     x[17] = -1.0
     with pytest.raises(ad.NonFiniteError, match="log"):
         vg(x)
+
+
+def test_many_short_loops_that_are_not_one_loop_go_to_the_interpreter_at_once():
+    # NumPy matmuls over object arrays: one short loop per row, which the loop IR
+    # does not nest yet; the adjoint is not searched for loops then (it would not
+    # fold either), and the interpreter answers
+    rng = np.random.default_rng(0)
+    n, h = 40, 16
+    X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    W1, b1 = rng.normal(size=(h, 2)), rng.normal(size=h)
+    W2, b2, w3 = rng.normal(size=(h, h)) * 0.3, rng.normal(size=h), rng.normal(size=h)
+
+    def loss(W1, b1, W2, b2, w3, X, y):
+        h1 = np.maximum(X @ W1.T + b1, 0)
+        h2 = np.maximum(h1 @ W2.T + b2, 0)
+        return np.mean(np.maximum(1 - y * (h2 @ w3), 0))
+
+    vg = ad.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+    value, grads = vg(W1, b1, W2, b2, w3, X, y)
+    assert "interpreter" in vg.explanation and "not one loop" in vg.explanation
+    # backpropagation by hand
+    z1 = X @ W1.T + b1
+    a1 = np.maximum(z1, 0)
+    z2 = a1 @ W2.T + b2
+    a2 = np.maximum(z2, 0)
+    m = 1 - y * (a2 @ w3)
+    assert value == pytest.approx(np.mean(np.maximum(m, 0)), rel=1e-12)
+    ds = -y * (m > 0) / n
+    dw3 = a2.T @ ds
+    dz2 = np.outer(ds, w3) * (z2 > 0)
+    dW2, db2 = dz2.T @ a1, dz2.sum(0)
+    dz1 = (dz2 @ W2) * (z1 > 0)
+    dW1, db1 = dz1.T @ X, dz1.sum(0)
+    for got, want in zip(grads, (dW1, db1, dW2, db2, dw3)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
