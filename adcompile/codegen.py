@@ -29,7 +29,7 @@ class Param:
     size: int | None  # None for a scalar
 
 
-def _strip(expr: str) -> str:
+def strip_parens(expr: str) -> str:
     """``(a + b)`` -> ``a + b`` when the outer parentheses enclose everything."""
     if not (expr.startswith("(") and expr.endswith(")")):
         return expr
@@ -65,7 +65,7 @@ def _final_names(tape: Tape) -> list[str]:
     return names
 
 
-def _py_ident(name: str) -> str:
+def py_ident(name: str) -> str:
     out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
     return out if out and not out[0].isdigit() else "_" + out
 
@@ -110,7 +110,7 @@ def straight_line(tape: Tape, fname: str, params: Sequence[Param], doc: str = ""
             lines.append(f"    {names[j]} = {input_src[j]}")
         else:
             expr = op.code.format(*(operand(a) for a in node.args))
-            lines.append(f"    {names[j]} = {_strip(expr)}")
+            lines.append(f"    {names[j]} = {strip_parens(expr)}")
         for g in guard_at.get(j, ()):
             cond = f"{operand(g.a)} {g.cmp} {operand(g.b)}"
             test = f"not ({cond})" if g.expected else cond
@@ -201,7 +201,7 @@ def interpreter_source(ops: Sequence[Op] | None = None) -> str:
         kw = "if" if k == 0 else "elif"
         expr = op.code.format("a", "b")
         lines.append(f"        {kw} op == {op.opcode}:  # {op.name}")
-        lines.append(f"            vals[i] = {_strip(expr)}")
+        lines.append(f"            vals[i] = {strip_parens(expr)}")
     lines.append("")
     lines.append("")
     lines.append("def check(guards, vals):")
@@ -225,3 +225,4 @@ def interpreter_source(ops: Sequence[Op] | None = None) -> str:
 def digest(text: str) -> str:
     """A short stable hash of generated source, used to name cache files."""
     return hashlib.sha256(text.encode()).hexdigest()[:20]
+

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codegen import Param, _py_ident, _strip, module_source
+from .codegen import Param, module_source, py_ident, strip_parens
 from .passes import hoist_constants
 from .segments import (  # noqa: F401  (find_segments is this module's API too)
     _INPUTC,
@@ -420,7 +420,7 @@ class _Gen:
         self.vname, self.cname = fresh("v"), fresh("c")
         self.rname, self.kname, self.oname = fresh("r"), fresh("k"), fresh("out")
         self.line_names = {
-            j: fresh(_py_ident(tape.name(j)))
+            j: fresh(py_ident(tape.name(j)))
             for j in np.flatnonzero(self.seg_of[: self.t.n] < 0).tolist()
             if self.t.codes[j] > 0
         }
@@ -428,7 +428,7 @@ class _Gen:
         self.carry_name: dict[tuple[int, int, int], str] = {}
         for sid, seg in enumerate(self.segs):
             for p, _ in self.plan[sid]["rows"]:
-                self.local[(sid, p)] = fresh(_py_ident(tape.name(seg.start + p)))
+                self.local[(sid, p)] = fresh(py_ident(tape.name(seg.start + p)))
             carries = self.plan[sid]["carries"]
             for (p, a0), (_, last) in carries.items():
                 mine = self.local[(sid, p)]
@@ -478,7 +478,7 @@ class _Gen:
                 na = len(node.args)
                 args = [self.expr(d, sid) for d in descs[:na]]
                 name = self.local[(sid, p)]
-                out.append(f"        {name} = {_strip(node.op.code.format(*args))}")
+                out.append(f"        {name} = {strip_parens(node.op.code.format(*args))}")
                 self.statements += 1
                 if sid in self.last_only:
                     pass  # stored after the loop
@@ -857,7 +857,8 @@ class _Gen:
                 block_comment = c
                 node = tape.nodes[j]
                 args = [self.expr(d) for d in line_descs[j]]
-                lines.append(f"    {self.line_names[j]} = {_strip(node.op.code.format(*args))}")
+                expr = strip_parens(node.op.code.format(*args))
+                lines.append(f"    {self.line_names[j]} = {expr}")
                 self.statements += 1
                 if self.zero_exit is not None and j == self.zero_exit[0]:
                     lines.extend(self._zero_exit_lines())

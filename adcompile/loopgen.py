@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codegen import Param, _strip, module_source
+from .codegen import Param, module_source, strip_parens
 from .loopgrad import GradProgram, Unit, grad, units
 from .loopir import (
     Affine,
@@ -397,7 +397,7 @@ class _Gen:
                 continue
             operand[j] = self.name(u, j)
             expr = node.op.code.format(*(operand[a] for a in node.args))
-            self.emit(depth, f"{operand[j]} = {_strip(expr)}")
+            self.emit(depth, f"{operand[j]} = {strip_parens(expr)}")
             self.statements += 1
             p = self.pos_of[j]
             if base is not None and (p in self.stored[n] or not u.loop):
@@ -554,7 +554,7 @@ class _Gen:
                 nm = f"{nm}_{taken[nm] - 1}"
             operand[s] = nm
             expr = node.op.code.format(*(use(a) for a in node.args))
-            lines.append(f"{nm} = {_strip(expr)}")
+            lines.append(f"{nm} = {strip_parens(expr)}")
             self.statements += 1
             if exit_ is not None and s == exit_[0]:
                 exit_at, unloaded = len(lines), dict(pending)

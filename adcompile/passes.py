@@ -117,6 +117,8 @@ def hoist_constants(tape: Tape) -> Tape:
     starts) would otherwise make that repetition one slot longer than the
     others, and the loop would not fold from its start.
     """
+    if tape.hoisted:
+        return tape
     nodes = tape.nodes
     consts: dict[bytes, int] = {}
     order: list[int] = []  # new position -> old slot
@@ -143,7 +145,7 @@ def hoist_constants(tape: Tape) -> Tape:
     def perm(per_slot: list | None) -> list | None:
         return None if per_slot is None else [per_slot[i] for i in order]
 
-    return Tape(
+    hoisted = Tape(
         kept,
         [new_index[i] for i in tape.inputs],
         [new_index[o] for o in tape.outputs],
@@ -154,6 +156,8 @@ def hoist_constants(tape: Tape) -> Tape:
         blocks=perm(tape.blocks),
         primal=tape.primal,
     )
+    hoisted.hoisted = True
+    return hoisted
 
 
 def is_leaf(node: Node) -> bool:

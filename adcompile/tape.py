@@ -79,6 +79,7 @@ class Tape:
         self.slot_names = list(slot_names) if slot_names is not None else None
         self.blocks = list(blocks) if blocks is not None else None
         self.primal = primal
+        self.hoisted = False  # constants at the front, one slot per value
 
     def __len__(self) -> int:
         return len(self.nodes)

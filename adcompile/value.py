@@ -21,6 +21,7 @@ import itertools
 import math
 import numbers
 import operator
+import struct
 import sys
 import textwrap
 import threading
@@ -40,10 +41,13 @@ _serial = itertools.count()
 class TraceState:
     """What a trace collects besides the graph: its comparisons and source lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, sites: bool = False) -> None:
         self.guards: list[tuple[str, Value, Value, bool, str]] = []
-        # Value serial -> where the user's code made it, as (code, instruction
-        # offset): made into "file:line" text only when a tape is built from it.
+        # With ``sites``: Value serial -> where the user's code made it, as (code,
+        # instruction offset), made into "file:line" text only when a tape is built
+        # from it. Off by default (it costs a third of a trace): the one that needs
+        # it, naming the op that made a nan, traces again with it.
+        self.sites = sites
         self.where: dict[int, tuple[Any, int] | None] = {}
 
 
@@ -179,7 +183,7 @@ def _moded(out: Value, op: Op, operands: tuple) -> Value:
     mode = _MODE.get()
     if mode.nans and not math.isfinite(out.data) and all(math.isfinite(v.data) for v in operands):
         raise nonfinite_error(op, [v.data for v in operands], out.data, _caller_line())
-    if mode.trace is not None:
+    if mode.trace is not None and mode.trace.sites:
         mode.trace.where[out._serial] = _caller_site(3)
     if mode.grad:
         for v in operands:
@@ -819,10 +823,13 @@ def build_tape(
     names: Sequence[str] | None = None,
     order: list[Value] | None = None,
     where: dict[int, Any] | None = None,
+    hoist: bool = False,
 ) -> Tape:
     """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape.
 
     ``order`` is ``topological_order(graph_roots(...))`` when the caller has it.
+    With ``hoist``, each constant value gets one slot, at the front (as
+    ``passes.hoist_constants`` would make it, at a fraction of the cost).
     """
     if order is None:
         order = topological_order(graph_roots(outputs, inputs, guards))
@@ -830,7 +837,11 @@ def build_tape(
     index: dict[int, int] = {}
     nodes: list[Node] = []
     mk, input_node = tuple.__new__, Node(INPUT)
-    for k, v in enumerate(order):
+    slots = order  # the Value of each slot, in slot order
+    if hoist:
+        firsts, order = _constants_first(order, input_ids, index, nodes)
+        slots = firsts + order
+    for k, v in enumerate(order, len(nodes)):
         fn = v._fn
         if fn is None:
             node = input_node if id(v) in input_ids else mk(Node, (CONST, (), v.data))
@@ -852,14 +863,39 @@ def build_tape(
         for cmp, a, b, res, where in guards
         if nodes[index[id(a)]].op != CONST or nodes[index[id(b)]].op != CONST
     ]
-    return Tape(
+    tape = Tape(
         nodes,
         [index[id(v)] for v in inputs],
         [index[id(v)] for v in outputs],
         tape_guards,
         names,
-        where=None if where is None else _where_texts(where, order),
+        where=None if where is None else _where_texts(where, slots),
     )
+    tape.hoisted = hoist  # (passes.hoist_constants has nothing to do)
+    return tape
+
+
+def _constants_first(
+    order: list[Value], input_ids: set[int], index: dict[int, int], nodes: list[Node]
+) -> tuple[list[Value], list[Value]]:
+    """Give each constant value one slot at the front (``index``, ``nodes``); the
+    first Value of each constant value, and the Values that are not constants."""
+    slot_of: dict[bytes, int] = {}
+    firsts: list[Value] = []
+    rest: list[Value] = []
+    pack = struct.Struct("<d").pack  # by bit pattern: -0.0 and 0.0 stay apart
+    for v in order:
+        if v._fn is None and id(v) not in input_ids:
+            key = pack(v.data)
+            k = slot_of.get(key)
+            if k is None:
+                k = slot_of[key] = len(nodes)
+                nodes.append(tuple.__new__(Node, (CONST, (), v.data)))
+                firsts.append(v)
+            index[id(v)] = k
+        else:
+            rest.append(v)
+    return firsts, rest
 
 
 def _where_texts(where: dict[int, Any], order: Sequence[Value]) -> list[str]:
@@ -941,9 +977,10 @@ def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager:
 
 
 @contextlib.contextmanager
-def tracing() -> Iterator[TraceState]:
-    """Within this block comparisons on Values are recorded as guards."""
-    state = TraceState()
+def tracing(sites: bool = False) -> Iterator[TraceState]:
+    """Within this block comparisons on Values are recorded as guards (and, with
+    ``sites``, the user's line that made each Value)."""
+    state = TraceState(sites)
     with _mode(trace=state, grad=True):
         yield state
 
