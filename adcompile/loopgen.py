@@ -97,6 +97,10 @@ class _Indented:
         self.line = line
 
 
+def _slots(k: int) -> str:
+    return f"{k} slot" if k == 1 else f"{k} slots"
+
+
 def _index(c0: int, c1: int, var: str | None) -> str:
     """``c0 + c1 * var`` printed short (``var`` None: repetition 0)."""
     if var is None or c1 == 0:
@@ -385,7 +389,7 @@ class _Gen:
                 if self.lengths
                 else f"tape slots {item.start}..{item.start + u.trips * u.size - 1}"
             )
-            self.emit(1, f"# L{n}: {u.size} slots x {u.trips} repetitions ({slots})")
+            self.emit(1, f"# L{n}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
             self.emit(1, f"for i in range({u.trips}):")
             for line in prelude:
                 self.emit(2, line)
@@ -747,14 +751,15 @@ def loop_source(
     code = _Gen(gp if gp is not None else program, list(params)).source(fname, doc)
     loops = [it for it in program.items if type(it) is Loop]
     in_loops = sum(lp.body.n_ops * lp.trips for lp in loops)
-    shapes = "; ".join(f"{lp.size} slots x {lp.trips} repetitions" for lp in loops[:4])
+    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
     more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Folded {len(loops)} repeated segment{'s' if len(loops) != 1 else ''} of the tape "
         f"into for loops ({shapes}{more}): {in_loops} of its {tape.n_ops} operations run in "
         f"loops whose body is written once"
         + (", and differentiated as loops, each adjoint loop written once" if gp else "")
-        + f". The source has {code.statements} statements."
+        + f": the source has {code.statements} statements instead of {tape.n_ops} "
+        "(the operations of the tape, before differentiating)."
     )
     header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
     source = module_source([header + code.text])
@@ -793,6 +798,7 @@ def batch_source(
         for k in ks:
             tape, params = trace_at(k)
             tape = hoist_constants(tape)
+            ops = tape.n_ops
             segments = find_segments(tape, params, min_saved=2)
             if not segments:
                 return None
@@ -815,14 +821,15 @@ def batch_source(
     except NotAffine:
         return None
     loops = [it for it in generic.items if type(it) is Loop]
-    shapes = "; ".join(f"{lp.size} slots x {lp.trips} repetitions" for lp in loops[:4])
+    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
     more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Generic in the batch length n: traced at n = {', '.join(map(str, ks))}, folded into "
         f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}) and checked to be "
         "one program whose loop counts and offsets are written in n"
         + (", then differentiated as loops" if gp else "")
-        + f". The source has {code.statements} statements."
+        + f": the source has {code.statements} statements instead of {ops} (the operations "
+        f"of the tape at n = {ks[-1]}, before differentiating)."
     )
     header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
     source = module_source([header + code.text])
