@@ -213,7 +213,7 @@ class FoldedFunction:
         # more to allocate and page in than a small loop takes to run
         work = getattr(self.local, "work", None)
         if work is None:
-            work = self.local.work = np.empty(self.work_size)
+            work = self.local.work = np.empty(max(self.work_size, 1))
         return self.fn(*args, work, self.columns, out), out
 
 
@@ -487,13 +487,5 @@ class LoopCompiled:
             self._tape = self._unrolled()
         return self._tape
 
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
-        out = np.empty(self.n_out)
-        work = getattr(self.local, "work", None)
-        if work is None:
-            work = self.local.work = np.empty(max(self.work_size, 1))
-        return self.fn(*args, work, self.columns, out), out
+    __call__ = FoldedFunction.__call__
+    call = FoldedFunction.call

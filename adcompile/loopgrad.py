@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .loopir import Arg, At, Block, Lit, Loop, NFloat, Prev, Program, Read
+from .loopir import Arg, At, Block, Lit, Loop, NFloat, Prev, Program, Read, reader
 from .ops import OPS
 from .passes import prune
 from .reverse import grad_tape
@@ -323,16 +323,7 @@ def _run(gp: GradProgram, args: Sequence[float | np.ndarray]) -> tuple[bool, lis
     values: list[np.ndarray] = []  # per item, its values (trips * size)
     body_vals: list[np.ndarray] = []  # per unit, every body slot per repetition
     ok = True
-
-    def read(r: Read, i: int) -> float:
-        if type(r) is Lit:
-            return r.value
-        if type(r) is Arg:
-            return float(flat[r.param][r.index.at(i)])
-        if type(r) is At:
-            return float(values[r.item][r.index.at(i)])
-        return r.values[i]  # Column
-
+    read = reader(flat, values)
     for u in gp.units:
         body = u.body
         bv = np.zeros((u.trips, len(body.nodes)))

@@ -159,16 +159,7 @@ class Program:
             raise TypeError(f"{self.name} takes {len(self.params)} arguments, got {len(flat)}")
         values: list[np.ndarray] = []
         ok = True
-
-        def read(r: Read, i: int) -> float:
-            if type(r) is Lit:
-                return r.value
-            if type(r) is Arg:
-                return float(flat[r.param][r.index.at(i)])
-            if type(r) is At:
-                return float(values[r.item][r.index.at(i)])
-            return r.values[i]  # Column
-
+        read = reader(flat, values)
         for item in self.items:
             if type(item) is Block:
                 out = np.empty(len(item.nodes))
@@ -269,6 +260,22 @@ class Program:
             else:
                 n += item.body.n_ops
         return n
+
+
+def reader(flat: Sequence[np.ndarray], values: Sequence[np.ndarray]):  # noqa: ANN201
+    """``read(r, i)``: the value read ``r`` reads at repetition ``i``, given the
+    flat arguments and each item's values so far (``Prev`` is the caller's)."""
+
+    def read(r: Read, i: int) -> float:
+        if type(r) is Lit:
+            return r.value
+        if type(r) is Arg:
+            return float(flat[r.param][r.index.at(i)])
+        if type(r) is At:
+            return float(values[r.item][r.index.at(i)])
+        return r.values[i]  # Column
+
+    return read
 
 
 def _body_operand(body: Tape, a: int) -> str:
