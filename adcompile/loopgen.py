@@ -11,9 +11,11 @@ False when a guard recorded while tracing does not hold.
 Layout (which values are stored where):
 
 - a loop's value ``p`` of repetition ``i`` is a local inside the repetition
-  (named after the tape slot of repetition 0), and is stored at
-  ``v[base + size * i + p]`` when a later item reads it, the output is it,
-  or its reverse loop needs it;
+  (named after the tape slot of repetition 0), and is stored in ``v`` when a
+  later item reads it or its reverse loop needs it: packed, at ``base +
+  rank[p] + width * i``, when every reader reads whole repetitions, else at
+  ``base + size * i + p``; a value read only at the last repetition is the
+  local the loop leaves behind;
 - a block's values are locals, also stored when a loop reads them at an
   index that advances;
 - the adjoint of a value read at an index that advances lives in ``v`` too
@@ -72,7 +74,7 @@ class Generated:
     work_size: int
     columns: np.ndarray
     statements: int
-    functions: list[str] = field(default_factory=list)  # (none: kept for FoldedCode's shape)
+    functions: list[str] = field(default_factory=list)  # outlined bodies: none (yet)
 
 
 class _Write:
