@@ -42,6 +42,7 @@ from .loopir import (
     At,
     Block,
     Column,
+    Lin,
     Lit,
     Loop,
     NotAffine,
@@ -420,6 +421,8 @@ class _Gen:
         for p in gp.wrt:
             self.goff[p] = at
             size = self.params[p].size
+            if isinstance(size, Lin):  # (batch arguments are the ones not differentiated)
+                raise NotAffine(f"the gradient of {self.params[p].name} has a length in n")
             at += 1 if size is None else size
         self.emit(1, "# the reverse sweep: adjoints, last item first")
         self.writes: list[tuple[int, int, int, int]] = []  # (param, c0, c1, count)

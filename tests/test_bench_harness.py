@@ -292,3 +292,11 @@ def test_two_moons_agrees_with_the_package_when_it_has_one():
     X, y = W.two_moons(100)
     X2, y2 = datasets.make_moons(100, noise=0.1, seed=1)
     assert np.array_equal(X, X2) and np.array_equal(y, y2)
+
+
+def test_side_by_side_benchmarks_run_by_name(capsys):
+    # 'adcompile bench first-call ...' hands its options to benchmarks/first_call.py
+    assert run.main(["first-call", "--help"], prog="adcompile bench") == 0
+    out = capsys.readouterr().out
+    assert "--case" in out and "chain" in out
+    assert run.main(["first-call", "--case", "no-such-case"]) == 2

@@ -323,3 +323,124 @@ def test_many_short_loops_that_are_not_one_loop_go_to_the_interpreter_at_once():
     dW1, db1 = dz1.T @ X, dz1.sum(0)
     for got, want in zip(grads, (dW1, db1, dW2, db2, dw3)):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
+# ------------------------------------------------------------------ one program in n
+
+
+def test_lin_arithmetic_is_exact_and_prints_as_source():
+    n_minus_1 = loopir.lin(-1, 1)
+    assert str(n_minus_1) == "n - 1" and str(8 * n_minus_1 + 3) == "8 * n - 5"
+    assert str(3 - n_minus_1) == "4 - n" and (n_minus_1 - n_minus_1) == 0
+    assert (8 * n_minus_1 + 3) % 8 == 3 and str((8 * n_minus_1 + 3) // 8) == "n - 1"
+    for n in (1, 7, 100):  # printed source evaluates to the same number
+        assert eval(str(8 * n_minus_1 + 3), {"n": n}) == (8 * n_minus_1 + 3).at(n) == 8 * n - 5
+    with pytest.raises(loopir.NotAffine):
+        (n_minus_1 * 3) % 2  # depends on n's parity
+    with pytest.raises(loopir.NotAffine):
+        n_minus_1 * n_minus_1
+
+
+def loss_over_rows(w, X, y):
+    total = 0.0
+    for i in range(len(y)):
+        z = w[0] * X[i, 0] + w[1] * X[i, 1] + w[2]
+        total = total + ad.log(1 + ad.exp(-y[i] * z))
+    return total / len(y)
+
+
+def programs_at(f, ks, rows):
+    w, X, y = rows
+    out = []
+    for k in ks:
+        params = [Param("w", 3), Param("X", 2 * k), Param("y", k)]
+        tape = hoist_constants(ad.trace(f, w, X[:k], y[:k]))
+        out.append(loopir.build(tape, find_segments(tape, params, min_saved=2), params, "f"))
+    return out
+
+
+def test_programs_at_three_lengths_become_one_in_n_that_runs_at_a_fourth():
+    rng = np.random.default_rng(2)
+    w, X, y = rng.normal(size=3), rng.normal(size=(40, 2)), np.sign(rng.normal(size=40))
+    ks = (8, 9, 11)
+    generic = loopir.generalise(programs_at(loss_over_rows, ks, (w, X, y)), ks)
+    assert generic is not None
+    (loop,) = [it for it in generic.items if isinstance(it, loopir.Loop)]
+    assert isinstance(loop.trips, loopir.Lin)  # n - something
+    mean = [
+        r
+        for it in generic.items
+        if isinstance(it, loopir.Block)
+        for _, rs in it.nodes
+        for r in rs
+        if isinstance(r, loopir.Lit) and isinstance(r.value, loopir.NFloat)
+    ]
+    assert mean and "/ n" in repr(mean[0].value) or "* n" in repr(mean[0].value)
+    gp = loopgrad.grad(generic, [0])
+    params = generic.params
+    code = loopgen._Gen(gp, list(params), ks).source("f_vg", "")
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<generic>", "exec"), ns)
+    for n in (16, 23, 40):  # lengths it was not traced at
+        out = np.empty(4)
+        work = code.work_size.at(n) if isinstance(code.work_size, loopir.Lin) else code.work_size
+        ok = ns["f_vg"](n, w, X[:n].ravel(), y[:n], np.empty(max(work, 1)), code.columns, out)
+        assert ok
+        z = X[:n] @ w[:2] + w[2]
+        s = 1 / (1 + np.exp(y[:n] * z))
+        assert out[0] == pytest.approx(np.mean(np.log1p(np.exp(-y[:n] * z))), rel=1e-12)
+        np.testing.assert_allclose(out[1:3], -(y[:n] * s) @ X[:n] / n, rtol=1e-11)
+        assert out[3] == pytest.approx(-(y[:n] * s).sum() / n, rel=1e-11)
+
+
+def test_programs_that_differ_by_more_than_numbers_are_not_one():
+    def first8(w, X, y):  # rows after the 8th are treated differently
+        total = 0.0
+        for i in range(len(y)):
+            z = w[0] * X[i, 0] + w[1] * X[i, 1] + w[2]
+            total = total + (ad.tanh(z) if i < 8 else z * y[i])
+        return total
+
+    rng = np.random.default_rng(3)
+    rows = rng.normal(size=3), rng.normal(size=(40, 2)), np.sign(rng.normal(size=40))
+    assert loopir.generalise(programs_at(first8, (8, 9, 11), rows), (8, 9, 11)) is None
+    assert loopir.generalise(programs_at(loss_over_rows, (8, 9, 11), rows), (8, 9, 11))
+
+
+@settings(
+    max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(src=loops(), c=st.floats(-1, 1))
+def test_random_loops_generic_in_n_agree_with_the_unrolled_tape_at_other_lengths(src, c):
+    note(src)
+    ns = {"ad": ad}
+    exec(compile(src, "<loop>", "exec"), ns)
+    f = ns["f"]
+    x = np.sin(np.arange(1.0, 31.0))  # 30 values in (-1, 1)
+    ks = (8, 9, 11)
+    programs = []
+    for k in ks:
+        params = [Param("x", k), Param("c", None)]
+        tape = hoist_constants(ad.trace(f, x[:k], c))
+        segments = find_segments(tape, params, min_reps=2, min_saved=1)
+        programs.append(loopir.build(tape, segments, params, "f"))
+    generic = loopir.generalise(programs, ks)
+    if generic is None:  # another structure at another length: the caller traces as it is
+        return
+    gp = loopgrad.grad(generic, [1])  # by c: x is the batch, as the API differentiates
+    try:
+        code = loopgen._Gen(gp, list(generic.params), ks).source("f_vg", "")
+    except loopir.NotAffine:
+        return
+    ns2: dict = {}
+    exec(compile(module_source([code.text]), "<generic>", "exec"), ns2)
+    for n in (10, 17, 30):
+        tape = ad.trace(f, x[:n], c)
+        point = [*x[:n], c]
+        if not interpret.guards_hold(tape, interpret.values(tape, point)):
+            continue
+        expected = interpret.evaluate(grad_tape(tape, wrt=[n]), point)
+        work = code.work_size.at(n) if isinstance(code.work_size, loopir.Lin) else code.work_size
+        out = np.empty(len(expected))
+        assert ns2["f_vg"](n, x[:n], c, np.empty(max(work, 1)), code.columns, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-11, atol=1e-13)
