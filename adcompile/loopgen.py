@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .codegen import Param, module_source, strip_parens
-from .loopgrad import GradProgram, Unit, grad, units
+from .loopgrad import Adjoint, GradProgram, Unit, grad, units
 from .loopir import (
     Affine,
     Arg,
@@ -45,6 +45,7 @@ from .loopir import (
     Lin,
     Lit,
     Loop,
+    Nested,
     NotAffine,
     Prev,
     Program,
@@ -53,6 +54,7 @@ from .loopir import (
     build,
     generalise,
 )
+from .loopir import nest as fold_body
 from .passes import hoist_constants
 from .segments import find_segments
 from .tape import CONST, INPUT, Tape
@@ -62,6 +64,9 @@ _CLASH = re.compile(r"v|c|i|n|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
 #: A loop body of this many operations is long: folding it in turn (loops
 #: inside loops) could shorten it (``loop_source``'s report).
 LONG_BODY = 96
+
+#: Fold long loop bodies in turn (loops inside loops).
+NEST = True
 
 #: Reads of an adjoint at fixed indices kept in locals, at most this many per loop.
 PINNED_MAX = 4
@@ -127,9 +132,17 @@ class _Gen:
         what: Program | GradProgram,
         params: list[Param],
         lengths: Sequence[int] | None = None,
+        ctx: _Nest | None = None,
     ) -> None:
         # generic in the batch length n (counts are Lin): the lengths it was traced at
         self.lengths = list(lengths) if lengths else None
+        # a loop body folded in turn is printed by a generator of its own, inside
+        # its loop: names after ``px``, work-array indices from ``w{item}``
+        self.ctx = ctx
+        self.px = f"{ctx.u.item}x" if ctx else ""
+        self._w = f"w{ctx.u.item} + " if ctx else ""
+        self.i = "j" if ctx else "i"  # the loop variable (outer loops: i, inner: j)
+        self.nests: dict[int, _Nest] = {}
         self.grad = what if isinstance(what, GradProgram) else None
         self.program = self.grad.program if self.grad else what
         self.units: list[Unit] = self.grad.units if self.grad else units(self.program)
@@ -157,13 +170,17 @@ class _Gen:
         stored: list[set[int]] = [set() for _ in range(n_items)]
         strided = [False] * n_items  # read at an index that advances
         incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
-        reads: list[Read] = list(program.outputs)
+        last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
+        outs = list(range(len(program.outputs))) if self.ctx is None else self.ctx.needed
+        reads: list[Read] = [program.outputs[q] for q in outs]
         for u in us:
             reads += [r.init if type(r) is Prev else r for r in u.reads]
         for r in reads:
             if type(r) is not At:
                 continue
             item = program.items[r.item]
+            if type(item) is Loop and self._last(r):
+                last[r.item].add(r.index.c0 % item.size)
             if type(item) is Loop and not self._last(r):
                 size = item.size
                 if r.index.c1 % size == 0:
@@ -173,12 +190,13 @@ class _Gen:
             if r.index.c1 != 0:
                 strided[r.item] = True
         if self.grad:
-            for r in [program.outputs[0]] + reads:
+            seeded = [program.outputs[q] for q in self.grad.seeds]
+            for r in seeded + reads:
                 if type(r) is At:
                     incoming[r.item].append(r)
         for u, adj in zip(us, adjoints):
-            if adj is None or not u.loop:
-                continue
+            if adj is None or not u.loop or program.items[u.item].inner is not None:
+                continue  # (a body folded in turn stores its values itself)
             pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
             for j in adj.uses:
                 if j in pos_of:
@@ -226,18 +244,27 @@ class _Gen:
         for u, adj in zip(us, adjoints):
             n = u.item
             if (u.loop and self.width[n] and (stored[n] or self.prev_stored[n])) or (
-                not u.loop and strided[n]
+                not u.loop and (strided[n] or (self.ctx is not None and adj is not None))
             ):
                 self.vbase[n] = self._take(u.trips * self.width[n])
+            nested = program.items[n].inner if u.loop else None
+            if nested is not None:
+                inner = self.grad.inner.get(n) if self.grad and adj is not None else None
+                pos = self.pos_of_unit(u)
+                carried = {pos[r.slot] for r in u.reads if type(r) is Prev}
+                want = stored[n] | last[n] | carried
+                needed = [q for q, j in enumerate(u.body.outputs) if pos[j] in want]
+                nest = self.nests[n] = _Nest(self, u, nested, adj, inner, needed)
+                nest.base = self._take(u.trips * nest.gen.work) if nest.gen.work else 0
             if adj is None:
                 continue
             flat = list(dict.fromkeys(r.index.c0 for r in incoming[n] if r.index.c1 == 0))
             if not u.loop and not strided[n]:
-                self.pinned[n] = {f: f"a{self._slot(n, f)}" for f in flat}
+                self.pinned[n] = {f: f"a{self._sid(n, f)}" for f in flat}
             elif u.loop and all(r.index.c1 == 0 for r in incoming[n]) and len(flat) <= PINNED_MAX:
                 # named after the value's slot in repetition 0, and which one it is
                 self.pinned[n] = {
-                    f: f"a{self._slot(n, f % u.size)}_{k}" for k, f in enumerate(flat)
+                    f: f"a{self._sid(n, f % u.size)}_{k}" for k, f in enumerate(flat)
                 }
             else:
                 self.abase[n] = self._take(u.trips * self.awidth[n])
@@ -249,21 +276,45 @@ class _Gen:
                     self.cbase[u.item, k] = len(self.columns)
                     self.columns.extend(r.values)
 
+    def _first_reversed(self, u: Unit) -> bool:
+        """Whether ``u`` is reversed first and takes every cotangent coming in (then
+        a zero there leaves the rest of the reverse nothing to do)."""
+        gp = self.grad
+        last = max(w.item for w, a in zip(self.units, gp.adjoints) if a is not None)
+        seeded = [self.program.outputs[q] for q in gp.seeds]
+        return u.item == last and all(type(r) is At and r.item == u.item for r in seeded)
+
+    @staticmethod
+    def pos_of_unit(u: Unit) -> dict[int, int]:
+        """Body slot -> the position it holds."""
+        return {j: p for p, j in enumerate(u.positions) if j is not None}
+
     def vidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
         """Where value ``p`` of repetition ``rep0 + rep1 * var`` of item ``n`` is stored."""
         w = self.width[n]
-        return f"v[{_index(self.vbase[n] + self.rank[n][p] + w * rep0, w * rep1, var)}]"
+        return self._v(_index(self.vbase[n] + self.rank[n][p] + w * rep0, w * rep1, var))
 
     def aidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
         """Where the adjoint of value ``p`` of repetition ``rep0 + rep1 * var`` is summed."""
         w = self.awidth[n]
-        return f"v[{_index(self.abase[n] + self.arank[n][p] + w * rep0, w * rep1, var)}]"
+        return self._v(_index(self.abase[n] + self.arank[n][p] + w * rep0, w * rep1, var))
 
     def _last(self, r: At) -> bool:
         """Whether ``r`` reads a loop's value of its last repetition: the local
         the loop leaves behind, not stored."""
         item = self.program.items[r.item]
+        if self.ctx is not None:  # (locals do not outlive the outer repetition)
+            return False
         return type(item) is Loop and r.index.c1 == 0 and r.index.c0 // item.size == item.trips - 1
+
+    def _sid(self, n: int, f: int) -> str:
+        """The name part of value ``f`` of item ``n``: its tape slot (in a loop body
+        folded in turn, after the outer loop's ``px``)."""
+        return f"{self.px}{self._slot(n, f)}"
+
+    def _v(self, index: str) -> str:
+        """``v[index]``; in a body folded in turn, from its outer repetition's region."""
+        return f"v[{self._w}{index}]"
 
     def _slot(self, n: int, f: int) -> int:
         """The tape slot of value ``f`` of item ``n`` (for names)."""
@@ -275,13 +326,15 @@ class _Gen:
     def name(self, u: Unit, j: int) -> str:
         """The local of body slot ``j`` (a computed value) of unit ``u``."""
         p = self.pos_of[j]
-        return f"v{self._slot(u.item, p)}"
+        return f"v{self._sid(u.item, p)}"
 
     def ref(self, r: Read, var: str | None, u: Unit | None = None, k: int = -1) -> str:
         """How a read reads at repetition ``var``."""
         if type(r) is Lit:
             return repr(r.value)
         if type(r) is Arg:
+            if self.ctx:
+                return self.ctx.ref_arg(r, var)
             p = self.params[r.param]
             if p.size is None:
                 return p.name
@@ -290,17 +343,19 @@ class _Gen:
             return f"c[{_index(self.cbase[u.item, k], 1, var)}]"
         item = self.program.items[r.item]
         if type(item) is Block and self.vbase[r.item] is None:
-            return f"v{item.slots[r.index.c0]}"
+            return f"v{self.px}{item.slots[r.index.c0]}"
         if self._last(r):
-            return f"v{item.start + r.index.c0 % item.size}"
+            return f"v{self.px}{item.start + r.index.c0 % item.size}"
         if type(item) is Loop and r.index.c1 % item.size == 0:
             k = item.size
             return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
-        return f"v[{_index(self.vbase[r.item] + r.index.c0, r.index.c1, var)}]"
+        return self._v(_index(self.vbase[r.item] + r.index.c0, r.index.c1, var))
 
     def add(self, r: Read, var: str | None, ct: str) -> str | _Write | None:
         """The statement adding cotangent ``ct`` where read ``r`` came from."""
         if type(r) is Arg:
+            if self.ctx:
+                return self.ctx.add_arg(r, var, ct)
             if r.param not in self.goff:
                 return None
             inside = var is not None
@@ -318,7 +373,7 @@ class _Gen:
                 at = self.aidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
                 return f"{at} += {ct}"
             if base is not None:
-                return f"v[{_index(base + r.index.c0, r.index.c1, var)}] += {ct}"
+                return f"{self._v(_index(base + r.index.c0, r.index.c1, var))} += {ct}"
             return f"{self.pinned[r.item][r.index.c0]} += {ct}"
         return None  # Lit, Column: constants
 
@@ -363,7 +418,7 @@ class _Gen:
 
     def _forward(self, u: Unit) -> None:
         body, n = u.body, u.item
-        var = "i" if u.loop else None
+        var = self.i if u.loop else None
         depth = 2 if u.loop else 1
         operand: dict[int, str] = {}
         for j, node in enumerate(body.nodes):
@@ -378,7 +433,7 @@ class _Gen:
                     g for g in body.guards if j in (g.a, g.b)
                 ]
                 if late:  # read after this repetition overwrites it: keep a copy
-                    operand[j] = f"p{self._slot(n, self.pos_of[r.slot])}"
+                    operand[j] = f"p{self._sid(n, self.pos_of[r.slot])}"
                     prelude.append(f"{operand[j]} = {carried}")
                 else:
                     operand[j] = carried
@@ -393,12 +448,15 @@ class _Gen:
                 else f"tape slots {item.start}..{item.start + u.trips * u.size - 1}"
             )
             self.emit(1, f"# L{n}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
-            self.emit(1, f"for i in range({u.trips}):")
+            self.emit(1, f"for {self.i} in range({u.trips}):")
             for line in prelude:
                 self.emit(2, line)
             for k, pseudo in self.prev_stored[n].items():
-                self.emit(2, f"{self.vidx(n, pseudo, 0, 1, 'i')} = {operand[body.inputs[k]]}")
+                self.emit(2, f"{self.vidx(n, pseudo, 0, 1, self.i)} = {operand[body.inputs[k]]}")
         base = self.vbase[n]
+        if n in self.nests:
+            self._forward_nested(u, operand)
+            return
         for j, node in enumerate(body.nodes):
             if isinstance(node.op, str):
                 continue
@@ -411,6 +469,69 @@ class _Gen:
                 self.emit(depth, f"{self.vidx(n, p, 0, 1, var)} = {operand[j]}")
         for g in body.guards:
             self._guard(depth, operand[g.a], g.cmp, operand[g.b], g.expected, g.where)
+
+    def _forward_nested(self, u: Unit, operand: dict[int, str]) -> None:
+        """The forward of a loop whose body is folded in turn, inside its ``for``."""
+        n, nest = u.item, self.nests[u.item]
+        nest.mode, nest.operand = "fwd", operand
+        if nest.gen.work:
+            self.emit(2, f"w{n} = {_index(nest.base, nest.gen.work, self.i)}")
+        for line in nest.gen.forward_lines():
+            self._splice(2, line)
+        self.statements += nest.gen.statements
+        base = self.vbase[n]
+        for q in nest.needed:  # the body's outputs that are read: the loop's values
+            j = u.body.outputs[q]
+            p = self.pos_of[j]
+            name = self.name(u, j)
+            self.emit(2, f"{name} = {nest.gen.ref(nest.nested.program.outputs[q], None)}")
+            if base is not None and p in self.stored[n]:
+                self.emit(2, f"{self.vidx(n, p, 0, 1, self.i)} = {name}")
+
+    def _splice(self, depth: int, line: str | _Write) -> None:
+        """A line an inner generator made at depth 1, at ``depth``."""
+        if isinstance(line, _Write):
+            line.indent = "    " * (depth - 1) + line.indent
+            self.writes_out.append(line)
+            self.lines.append(line)
+        else:
+            self.lines.append("    " * (depth - 1) + line)
+
+    def forward_lines(self) -> list[str | _Write]:
+        """(A body folded in turn) its forward, at depth 1."""
+        for u in self.units:
+            self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+            self._forward(u)
+        for cmp, a, b, expected in self.program.guards:
+            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, "")
+        lines, self.lines = self.lines, []
+        return lines
+
+    def reverse_lines(self, seeds: dict[int, str]) -> list[str | _Write]:
+        """(A body folded in turn) its reverse, the cotangents of its outputs
+        ``seeds[q]`` coming in, at depth 1."""
+        gp = self.grad
+        self.goff, self.writes, self.trips = {}, [], 1
+        for u, adj in zip(self.units, gp.adjoints):
+            n = u.item
+            if adj is None:
+                continue
+            if self.abase[n] is not None:
+                b = self.abase[n]
+                self.emit(1, f"{self._v(f'{b}:{self._w}{b + u.trips * self.awidth[n]}')} = 0.0")
+            for name in self.pinned[n].values():
+                self.emit(1, f"{name} = 0.0")
+        for q, ct in seeds.items():
+            stmt = self.add(self.program.outputs[q], None, ct)
+            if stmt:
+                self.emit(1, stmt)
+        for u, adj in reversed(list(zip(self.units, gp.adjoints))):
+            if adj is not None:
+                self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
+                self.trips = u.trips
+                self._reverse_unit(u, adj)
+        lines, self.lines = self.lines, []
+        return lines
 
     # ---- reverse
 
@@ -436,7 +557,7 @@ class _Gen:
                 continue
             if self.abase[n] is not None:
                 b = self.abase[n]
-                self.emit(1, f"v[{b}:{b + u.trips * self.awidth[n]}] = 0.0")
+                self.emit(1, f"{self._v(f'{b}:{self._w}{b + u.trips * self.awidth[n]}')} = 0.0")
             for name in self.pinned[n].values():
                 self.emit(1, f"{name} = 0.0")
         self.emit(1, f"out[0] = {self.ref(self.program.outputs[0], None)}")
@@ -448,7 +569,7 @@ class _Gen:
                 self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
                 self.trips = u.trips
                 self._reverse_unit(u, adj)
-        if at > 1:
+        if at > 1 and not self.nests:  # (writes inside bodies folded in turn: not counted)
             self._assign_once(zeroing, at)
 
     def _assign_once(self, zeroing: int, at: int) -> None:
@@ -477,20 +598,21 @@ class _Gen:
 
     def _reverse_unit(self, u: Unit, adj) -> None:
         n, body, vjp = u.item, u.body, adj.vjp
-        var = "i" if u.loop else None
+        var = self.i if u.loop else None
         depth = 2 if u.loop else 1
         input_of = {j: k for k, j in enumerate(body.inputs)}
         operand: dict[int, str] = {}
         lines: list[str] = []
         carries = {
-            k: f"d{self._slot(n, self.pos_of[u.reads[k].slot])}_{k}"
+            k: f"d{self._sid(n, self.pos_of[u.reads[k].slot])}_{k}"
             for k in adj.routes
             if type(u.reads[k]) is Prev
         }
         start = {c: "0.0" for c in carries.values()}
         # forward values the vjp reads, each loaded where it is first used
         pending: dict[int, tuple[str, str]] = {}  # slot -> (local, what it loads)
-        for s, j in sorted(adj.primal.items()):
+        nest = self.nests.get(n)  # (a body folded in turn loads its own)
+        for s, j in sorted(adj.primal.items()) if nest is None else ():
             if j not in adj.uses:
                 continue
             node = body.nodes[j]
@@ -501,21 +623,21 @@ class _Gen:
                 r = u.reads[k]
                 if type(r) is Prev:
                     p = self.pos_of[r.slot]
-                    name = f"p{self._slot(n, p)}"
+                    name = f"p{self._sid(n, p)}"
                     if k in self.prev_stored[n]:
-                        pending[s] = (name, self.vidx(n, self.prev_stored[n][k], 0, 1, "i"))
+                        pending[s] = (name, self.vidx(n, self.prev_stored[n][k], 0, 1, self.i))
                     else:
                         first = self.ref(r.init, None)
-                        before = self.vidx(n, p, -1, 1, "i")
-                        pending[s] = (name, f"{before} if i > 0 else {first}")
+                        before = self.vidx(n, p, -1, 1, self.i)
+                        pending[s] = (name, f"{before} if {self.i} > 0 else {first}")
                     operand[s] = name
                 else:
                     operand[s] = self.ref(r, var, u, k)
             else:
                 operand[s] = self.name(u, j)
-                if u.loop:
+                if u.loop or self.vbase[n] is not None:
                     p = self.pos_of[j]
-                    pending[s] = (operand[s], self.vidx(n, p, 0, 1, "i"))
+                    pending[s] = (operand[s], self.vidx(n, p, 0, 1, var))
 
         def use(a: int) -> str:
             if a in pending:
@@ -528,7 +650,7 @@ class _Gen:
         for q, p in enumerate(adj.cts):
             j = u.positions[p]
             terms = []
-            slot = self._slot(n, p)
+            slot = self._sid(n, p)
             if self.abase[n] is not None and p in self.arank[n]:
                 terms.append(self.aidx(n, p, 0, 1, var))
             mine = [c for k, c in carries.items() if u.reads[k].slot == j]
@@ -540,12 +662,23 @@ class _Gen:
                     elif rep == u.trips - 1 and mine and start[mine[0]] == "0.0":
                         start[mine[0]] = name  # the first repetition reversed
                     else:
-                        terms.append(f"({name} if i == {rep} else 0.0)")
+                        terms.append(f"({name} if {self.i} == {rep} else 0.0)")
             terms += mine
             operand[vjp.inputs[m + q]] = f"ct{slot}"
             lines.append(f"ct{slot} = {' + '.join(terms) if terms else '0.0'}")
+        if nest is not None:  # the body folded in turn: its own reverse, inside the loop
+            self._reverse_nested(u, adj, nest, carries, start, lines)
+            return
         # the vjp's own statements
-        exit_ = adj.zero_exit(set(carries)) if u.loop else None
+        passing: set[int] = set()  # (a block first in a folded body's reverse: its reads
+        # that pass a cotangent on to the outer loop's carried value)
+        if u.loop:
+            exit_ = adj.zero_exit(set(carries))
+        elif self.ctx is not None and self._first_reversed(u):
+            passing = {k for k, r in enumerate(u.reads) if self.ctx.carried(r)}
+            exit_ = adj.zero_exit(passing, min_saved=1)  # (it skips every later unit)
+        else:
+            exit_ = None
         exit_at, unloaded = -1, {}
         taken: dict[str, int] = {}
         names = vjp.slot_names or [f"t{s}" for s in range(len(vjp.nodes))]
@@ -584,7 +717,7 @@ class _Gen:
             if u.loop and type(r) in (Arg, At) and r.index.c1 == 0:
                 # the same element every repetition: summed in a local, added once
                 if r not in fixed:
-                    fixed[r] = f"s{u.item}_{len(fixed)}"
+                    fixed[r] = f"s{self.px}{u.item}_{len(fixed)}"
                 lines.append(f"{fixed[r]} += {ct}")
                 continue
             stmt = self.add(r, var, ct)
@@ -598,7 +731,7 @@ class _Gen:
         if exit_at >= 0:
             s, outs = exit_
             for k, same in zip(adj.routes, outs):
-                if k in carries:
+                if k in carries or k in passing:
                     value = (
                         "0.0"
                         if same is None
@@ -606,7 +739,10 @@ class _Gen:
                         if same in unloaded
                         else operand[same]
                     )
-                    skip.insert(0, f"{carries[k]} = {value}")
+                    if k in carries:
+                        skip.insert(0, f"{carries[k]} = {value}")
+                    elif same is not None:  # the outer loop's carried cotangent
+                        skip.insert(0, self.add(u.reads[k], None, value))
             note = "  # nothing flows back through this repetition"
             lines[exit_at:exit_at] = (
                 [f"if {operand[s]} == 0.0:{note}"]
@@ -620,7 +756,7 @@ class _Gen:
         for line in before:
             self.emit(1, line)
         if u.loop:
-            self.emit(1, f"for i in range({u.trips - 1}, -1, -1):")
+            self.emit(1, f"for {self.i} in range({u.trips - 1}, -1, -1):")
         for line in lines:
             self.emit(depth, line)
         for k, c in carries.items():
@@ -629,6 +765,39 @@ class _Gen:
                 self.emit(1, stmt)
         for line in after:
             self.emit(1, line)
+
+    def _reverse_nested(
+        self,
+        u: Unit,
+        adj: Adjoint,
+        nest: _Nest,
+        carries: dict[int, str],
+        start: dict[str, str],
+        lines: list,
+    ) -> None:
+        n = u.item
+        nest.mode, nest.carries = "rev", carries
+        outs = [p for p, j in enumerate(u.positions) if j is not None]
+        seeds = {outs.index(p): f"ct{self._sid(n, p)}" for p in adj.cts}
+        before = nest.gen.statements
+        inner = nest.gen.reverse_lines(seeds)
+        self.statements += nest.gen.statements - before
+        self.emit(1, f"# reverse of L{n}, its body folded in turn")
+        for c in carries.values():
+            self.emit(1, f"{c} = {start[c]}")
+        self.emit(1, f"for {self.i} in range({u.trips - 1}, -1, -1):")
+        if nest.gen.work:
+            self.emit(2, f"w{n} = {_index(nest.base, nest.gen.work, self.i)}")
+        for line in lines:
+            self.emit(2, line)
+        for c in carries.values():  # the body's reverse adds to them
+            self.emit(2, f"{c} = 0.0")
+        for line in inner:
+            self._splice(2, line)
+        for k, c in carries.items():
+            stmt = self.add(u.reads[k].init, None, c)
+            if stmt:
+                self.emit(1, stmt)
 
     def _shift(
         self,
@@ -654,27 +823,27 @@ class _Gen:
         for r, ct in members:
             d = r.index.c0 - c0
             if d % c1:  # another residue: added directly
-                lines.append(self.add(r, "i", ct))
+                lines.append(self.add(r, self.i, ct))
                 continue
             by_q.setdefault(d // c1, []).append(ct)
         if len(by_q) < 2:
             for q, cts in by_q.items():
                 for ct in cts:
-                    lines.append(self.add(Arg(param, Affine(c0 + c1 * q, c1)), "i", ct))
+                    lines.append(self.add(Arg(param, Affine(c0 + c1 * q, c1)), self.i, ct))
             return
         lo, hi = min(by_q), max(by_q)
         g = self.goff[param]
         self.writes.append((param, c0 + c1 * lo, c1, u.trips + hi - lo))
-        reg = {d: f"r{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
+        reg = {d: f"r{self.px}{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
         before += [f"{name} = 0.0" for name in reg.values()]
         total = " + ".join([reg[hi - 1], *by_q[hi]])
-        lines.append(_Write(_index(g + c0 + c1 * hi, c1, "i"), total))
+        lines.append(_Write(_index(g + c0 + c1 * hi, c1, self.i), total))
         for d in range(hi - 1, lo, -1):
             lines.append(f"{reg[d]} = {' + '.join([reg[d - 1], *by_q.get(d, [])])}")
         lines.append(f"{reg[lo]} = {' + '.join(by_q[lo])}")
         after += [_Write(str(g + c0 + c1 * d), name) for d, name in reg.items()]
         # a skipped repetition still moves the register along
-        skip.append(_Write(_index(g + c0 + c1 * hi, c1, "i"), reg[hi - 1]))
+        skip.append(_Write(_index(g + c0 + c1 * hi, c1, self.i), reg[hi - 1]))
         skip += [f"{reg[d]} = {reg[d - 1]}" for d in range(hi - 1, lo, -1)]
         skip.append(f"{reg[lo]} = 0.0")
 
@@ -683,15 +852,116 @@ class _Gen:
         if name.startswith("b") and name[1:].isdigit():
             j = int(name[1:])
             if j in self.pos_of:
-                return f"b{self._slot(u.item, self.pos_of[j])}"
-            return f"g{u.item}_{j}"
-        return f"t{u.item}_{name[1:]}" if name.startswith("t") else f"t{u.item}_{name}"
+                return f"b{self._sid(u.item, self.pos_of[j])}"
+            return f"g{self.px}{u.item}_{j}"
+        tag = f"{self.px}{u.item}"
+        return f"t{tag}_{name[1:]}" if name.startswith("t") else f"t{tag}_{name}"
+
+
+class _Nest:
+    """A loop body folded in turn (``Loop.inner``), printed inside its loop by a
+    generator of its own: its virtual parameters read, and send cotangents to,
+    what the outer body's reads do (see ``loopir.Nested``)."""
+
+    def __init__(
+        self,
+        outer: _Gen,
+        u: Unit,
+        nested: Nested,
+        adj: Adjoint | None,
+        inner: GradProgram | None,
+        needed: list[int],
+    ) -> None:
+        self.outer, self.u, self.nested, self.adj = outer, u, nested, adj
+        self.needed = needed  # the body outputs read outside the body's repetition
+        self.mode = "fwd"
+        self.operand: dict[int, str] = {}  # the outer body inputs' forward operands
+        self.carries: dict[int, str] = {}  # prev reads -> their carried cotangents
+        self.base = 0  # where the body's own work region starts (per repetition: work)
+        what = inner if inner is not None else nested.program
+        self.gen = _Gen(what, list(nested.program.params), ctx=self)
+
+    def ref_arg(self, r: Arg, var: str | None) -> str:
+        kind = self.nested.sources[r.param]
+        outer, u = self.outer, self.u
+        if kind[0] == "array":
+            _, p, c1 = kind
+            idx = _index2(r.index.c0, [(r.index.c1, var), (c1, outer.i)])
+            return f"{outer.params[p].name}[{idx}]"
+        k = kind[1]
+        read = u.reads[k]
+        if self.mode == "fwd":
+            return self.operand[u.body.inputs[k]]
+        if type(read) is Prev:  # the value carried in, as the forward loop stored it
+            n, p = u.item, outer.pos_of[read.slot]
+            if k in outer.prev_stored[n]:
+                return outer.vidx(n, outer.prev_stored[n][k], 0, 1, outer.i)
+            first = outer.ref(read.init, None)
+            return f"({outer.vidx(n, p, -1, 1, outer.i)} if {outer.i} > 0 else {first})"
+        return outer.ref(read, outer.i, u, k)
+
+    def carried(self, r: Read) -> bool:
+        """Whether read ``r`` of the body's program is the outer loop's ``prev``, whose
+        cotangent is carried to the repetition before."""
+        if type(r) is not Arg:
+            return False
+        kind = self.nested.sources[r.param]
+        return kind[0] == "read" and kind[1] in self.carries
+
+    def add_arg(self, r: Arg, var: str | None, ct: str) -> str | _Write | None:
+        kind = self.nested.sources[r.param]
+        outer = self.outer
+        if kind[0] == "array":
+            _, p, c1 = kind
+            if p not in outer.goff:
+                return None
+            idx = _index2(outer.goff[p] + r.index.c0, [(r.index.c1, var), (c1, outer.i)])
+            return _Write(idx, ct)
+        k = kind[1]
+        if k in self.carries:
+            return f"{self.carries[k]} += {ct}"
+        if self.adj is None or k not in self.adj.routes:
+            return None
+        return outer.add(self.u.reads[k], outer.i, ct)
+
+
+def _index2(c0: int, terms: Sequence[tuple[int, str | None]]) -> str:
+    """``c0 + sum(c * var)`` printed short."""
+    out = str(c0) if c0 != 0 else ""
+    for c, var in terms:
+        if var is None or c == 0:
+            continue
+        term = var if abs(c) == 1 else f"{abs(c)} * {var}"
+        if not out:
+            out = term if c > 0 else f"-{term}"
+        else:
+            out += f" + {term}" if c > 0 else f" - {term}"
+    return out or "0"
 
 
 __all__ = ["Generated", "generate"]
 
 
 # ------------------------------------------------------------------ the pipeline
+
+
+def _nested(loops: list[Loop]) -> str:
+    """``; the body of 1 folded in turn into 3 loops`` (loops inside loops), or ""."""
+    inner = [lp.inner for lp in loops if lp.inner is not None]
+    if not inner:
+        return ""
+    k = sum(1 for nb in inner for it in nb.program.items if type(it) is Loop)
+    which = "the body of 1" if len(inner) == 1 else f"the bodies of {len(inner)}"
+    return f"; {which} folded in turn into {k} loops inside it"
+
+
+def _fold_bodies(program: Program) -> None:
+    """Fold each long loop body in turn (loops inside loops), where it repeats."""
+    if not NEST:
+        return
+    for item in program.items:
+        if type(item) is Loop and item.body.n_ops >= LONG_BODY:
+            item.inner = fold_body(item, program.params, LONG_BODY)
 
 
 @dataclass
@@ -739,6 +1009,7 @@ def loop_source(
     if not segments:
         return None
     program = build(tape, segments, params, fname)
+    _fold_bodies(program)
     if report is not None:
         report["flat"] = sum(
             len(it.nodes) if type(it) is Block else it.body.n_ops
@@ -760,7 +1031,8 @@ def loop_source(
     more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Folded {len(loops)} repeated segment{'s' if len(loops) != 1 else ''} of the tape "
-        f"into for loops ({shapes}{more}): {in_loops} of its {tape.n_ops} operations run in "
+        f"into for loops ({shapes}{more}{_nested(loops)}): {in_loops} of its {tape.n_ops} "
+        "operations run in "
         f"loops whose body is written once"
         + (", and differentiated as loops, each adjoint loop written once" if gp else "")
         + f": the source has {code.statements} statements instead of {tape.n_ops} "
@@ -817,6 +1089,7 @@ def batch_source(
     else:
         return None
     timings["trace and detect"] = time.perf_counter() - clock
+    _fold_bodies(generic)
     try:
         gp = grad(generic, wrt) if wrt is not None else None
         statements = gp.statements if gp is not None else generic.statements
@@ -830,8 +1103,8 @@ def batch_source(
     more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Generic in the batch length n: traced at n = {', '.join(map(str, ks))}, folded into "
-        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}) and checked to be "
-        "one program whose loop counts and offsets are written in n"
+        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}{_nested(loops)}) "
+        "and checked to be one program whose loop counts and offsets are written in n"
         + (", then differentiated as loops" if gp else "")
         + f": the source has {code.statements} statements instead of {ops} (the operations "
         f"of the tape at n = {ks[-1]}, before differentiating)."

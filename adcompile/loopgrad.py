@@ -33,7 +33,7 @@ unrolled ``grad_tape`` to rounding.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -148,12 +148,20 @@ class GradProgram:
     adjoints: list[Adjoint | None]
     wrt: list[int]  # parameter numbers differentiated
     active: list[np.ndarray]  # per item, which of its values depend on wrt
+    seeds: list[int] = field(default_factory=lambda: [0])  # outputs with a cotangent
+    # per unit whose body is folded in turn (Loop.inner): the body program's reverse
+    inner: dict[int, GradProgram] = field(default_factory=dict)
 
     @property
     def statements(self) -> int:
         """Primitive statements of the forward and the reverse (each body once)."""
         n = self.program.statements
-        return n + sum(a.vjp.n_ops for a in self.adjoints if a is not None)
+        for u, a in zip(self.units, self.adjoints):
+            if a is None:
+                continue
+            inner = self.inner.get(u.item)
+            n += a.vjp.n_ops if inner is None else inner.statements - inner.program.statements
+        return n
 
     def run(self, args: Sequence[float | np.ndarray]) -> tuple[bool, list[float]]:
         """(whether every guard holds, [value, gradient...]), by interpreting."""
@@ -229,9 +237,12 @@ def _reads_position(program: Program, r: At) -> list[int]:
     return list(range(size))
 
 
-def grad(program: Program, wrt: Sequence[int] | None = None) -> GradProgram:
+def grad(
+    program: Program, wrt: Sequence[int] | None = None, seeds: Sequence[int] = (0,)
+) -> GradProgram:
     """The reverse of ``program`` for its first output, by parameters ``wrt``
-    (parameter numbers; all by default)."""
+    (parameter numbers; all by default). ``seeds``: the outputs whose cotangents
+    come in (a loop body folded in turn has several)."""
     wrt = list(range(len(program.params))) if wrt is None else list(wrt)
     us = units(program)
     active: list[np.ndarray] = []
@@ -259,7 +270,7 @@ def grad(program: Program, wrt: Sequence[int] | None = None) -> GradProgram:
 
     # which positions receive a cotangent from outside their repetition
     receives = [np.zeros(u.size, bool) for u in us]
-    refs = list(program.outputs[:1])
+    refs = [program.outputs[q] for q in seeds]
     for u in us:
         refs += [r.init if type(r) is Prev else r for r in u.reads]
     for r in refs:
@@ -274,7 +285,20 @@ def grad(program: Program, wrt: Sequence[int] | None = None) -> GradProgram:
             adjoints.append(None)
             continue
         adjoints.append(_vjp(u, cts, routes))
-    return GradProgram(program, us, adjoints, wrt, active)
+    gp = GradProgram(program, us, adjoints, wrt, active, list(seeds))
+    for u, adj, act_in in zip(us, adjoints, act_ins):
+        nested = program.items[u.item].inner if u.loop else None
+        if nested is None or adj is None:
+            continue
+        outs = [p for p, j in enumerate(u.positions) if j is not None]
+        vwrt = [
+            v
+            for v, src in enumerate(nested.sources)
+            if (src[0] == "array" and src[1] in wrt) or (src[0] == "read" and act_in[src[1]])
+        ]
+        vseeds = [q for q, p in enumerate(outs) if p in adj.cts]
+        gp.inner[u.item] = grad(nested.program, vwrt, vseeds)
+    return gp
 
 
 def _active_body(body: Tape, act_in: list[bool]) -> list[bool]:

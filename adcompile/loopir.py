@@ -135,9 +135,102 @@ class Loop:
     body: Tape
     reads: list[Read]
     positions: list[int | None]
+    # the body folded in turn (loops inside loops; ``nest``), or None
+    inner: Nested | None = None
 
 
 Item = Block | Loop
+
+
+@dataclass
+class Nested:
+    """A loop body folded in turn: ``program`` computes the body's outputs (its
+    positions, in order) from *virtual parameters*: ``sources[v]`` says what
+    parameter ``v`` is, ``("array", p, c1)`` (argument ``p`` seen from the
+    outer repetition ``i``: its element ``e`` is ``p[e + c1 * i]``) or
+    ``("read", k)`` (a scalar: the body's read ``k``)."""
+
+    program: Program
+    sources: list[tuple]
+
+
+def nest(loop: Loop, params: Sequence[Param], min_ops: int = 96) -> Nested | None:
+    """Fold a long loop body (``min_ops`` operations or more) in turn; None when it
+    does not repeat, or not so that its reads stay affine. ``params`` are the
+    outer program's."""
+    from .segments import find_segments  # (detection; imported on use)
+
+    body = loop.body
+    if body.n_ops < min_ops:
+        return None
+    groups: dict[tuple[int, int], dict[int, int]] = {}  # (param, c1) -> c0 -> body slot
+    scalars: list[int] = []
+    for k, r in enumerate(loop.reads):
+        if (
+            type(r) is Arg
+            and params[r.param].size is not None
+            and isinstance(r.index.c0, int)
+            and isinstance(r.index.c1, int)
+            and r.index.c0 >= 0
+        ):
+            groups.setdefault((r.param, r.index.c1), {})[r.index.c0] = body.inputs[k]
+        else:
+            scalars.append(k)
+    nodes = list(body.nodes)
+    inputs: list[int] = []
+    params: list[Param] = []
+    sources: list[tuple] = []
+    for (p, c1), elems in groups.items():
+        size = max(elems) + 1
+        if size > 4 * len(elems) + 16:  # mostly holes: not worth an array
+            scalars += [
+                k
+                for k, r in enumerate(loop.reads)
+                if type(r) is Arg and (r.param, r.index.c1) == (p, c1)
+            ]
+            continue
+        for e in range(size):
+            if e in elems:
+                inputs.append(elems[e])
+            else:  # an element the body does not read
+                inputs.append(len(nodes))
+                nodes.append(Node(INPUT))
+        params.append(Param(f"a{len(params)}", size))
+        sources.append(("array", p, c1))
+    for k in sorted(scalars):
+        inputs.append(body.inputs[k])
+        params.append(Param(f"a{len(params)}", None))
+        sources.append(("read", k))
+    # inputs and constants first (detection never folds a span holding an input,
+    # and the body made its inputs where they were first read)
+    consts = [j for j, nd in enumerate(nodes) if nd.op == CONST]
+    ops = [j for j, nd in enumerate(nodes) if nd.op != CONST and nd.op != INPUT]
+    order = inputs + consts + ops
+    where = {old: new for new, old in enumerate(order)}
+    moved = [
+        nodes[j]
+        if not nodes[j].args
+        else nodes[j]._replace(args=tuple(where[a] for a in nodes[j].args))
+        for j in order
+    ]
+    tape = Tape(
+        moved,
+        list(range(len(inputs))),
+        [where[o] for o in body.outputs],
+        [g._replace(a=where[g.a], b=where[g.b]) for g in body.guards],
+    )
+    try:
+        segments = find_segments(tape, params)
+        if not segments:
+            return None
+        program = build(tape, segments, params, "body")
+    except (ValueError, NotImplementedError):
+        return None
+    if any(type(r) is Column for it in program.items if type(it) is Loop for r in it.reads):
+        return None
+    if program.statements > body.n_ops // 2:
+        return None
+    return Nested(program, sources)
 
 
 @dataclass
@@ -257,6 +350,8 @@ class Program:
         for item in self.items:
             if type(item) is Block:
                 n += len(item.nodes)
+            elif item.inner is not None:
+                n += item.inner.program.statements
             else:
                 n += item.body.n_ops
         return n

@@ -663,13 +663,15 @@ def test_value_and_grad_of_a_wide_mlp_folds_loops_inside_loops():
     assert loss == pytest.approx(ref_loss, rel=1e-12)
     np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-15)
     compiled = vg._last.compiled
-    # printed flat, the per-example bodies would be over the 1,000-statement limit
+    # printed flat, the per-example bodies would be over the 1,000-statement limit:
+    # each is folded in turn, its neurons a loop inside the loop over examples
     assert compiled.kind == "folded"
-    assert "call a function per repetition" in compiled.explanation
+    assert "folded in turn into" in compiled.explanation
+    assert "for j in range(12):" in compiled.source
     # one program for every batch length: every example runs in the loop over n,
     # the first one included (a sum starts at 0.0)
     assert "Generic in the batch length n" in compiled.explanation
-    assert "for r in range(n):" in compiled.source
+    assert "for i in range(n):" in compiled.source
     # later calls at other points agree with NumPy too
     q = p + 0.01
     loss, g = vg(q, X, y)

@@ -182,13 +182,19 @@ def check_loop_pipeline(tape, params, args, expected, wrt=None) -> None:
     ok, got = gp.run(args)
     assert ok
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-13)
-    code = loopgen.generate(gp, params, "f_vg")
-    ns: dict = {}
-    exec(compile(module_source([code.text]), "<loops>", "exec"), ns)
-    out = np.empty(len(expected))
     flat = [np.asarray(a, float).ravel() if np.ndim(a) else float(a) for a in args]
-    assert ns["f_vg"](*flat, np.empty(code.work_size), code.columns, out)
-    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-13)
+    for nested in (False, True):  # ... and with loop bodies folded in turn where they repeat
+        if nested:
+            for it in program.items:
+                if isinstance(it, loopir.Loop):
+                    it.inner = loopir.nest(it, params, min_ops=4)
+            gp = loopgrad.grad(program, wrt)
+        code = loopgen.generate(gp, params, "f_vg")
+        ns: dict = {}
+        exec(compile(module_source([code.text]), "<loops>", "exec"), ns)
+        out = np.empty(len(expected))
+        assert ns["f_vg"](*flat, np.empty(max(code.work_size, 1)), code.columns, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-13)
 
 
 _args = dict(

@@ -444,3 +444,129 @@ def test_random_loops_generic_in_n_agree_with_the_unrolled_tape_at_other_lengths
         out = np.empty(len(expected))
         assert ns2["f_vg"](n, x[:n], c, np.empty(max(work, 1)), code.columns, out)
         np.testing.assert_allclose(out, expected, rtol=1e-11, atol=1e-13)
+
+
+# ------------------------------------------------------------------ loops inside loops
+
+
+def nested_pipeline(f, params, args, wrt=None, min_ops=8):
+    """Fold f's primal, fold each loop body in turn, differentiate, print and run
+    the code as plain Python: (outputs, the unrolled adjoint tape's, program)."""
+    tape = hoist_constants(ad.trace(f, *args))
+    program = loopir.build(tape, find_segments(tape, params), params, "f")
+    for it in program.items:
+        if isinstance(it, loopir.Loop):
+            it.inner = loopir.nest(it, params, min_ops=min_ops)
+    gp = loopgrad.grad(program, wrt)
+    ok, out, code = run_generated(gp, params, args)
+    assert ok
+    point = [v for a in args for v in np.ravel(a)]
+    sizes = [1 if p.size is None else p.size for p in params]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    wrt = range(len(params)) if wrt is None else wrt
+    positions = [q for w in wrt for q in range(starts[w], starts[w + 1])]
+    expected = interpret.evaluate(grad_tape(tape, wrt=positions), point)
+    return out, expected, program, code
+
+
+def test_an_mlp_over_examples_nests_its_neurons_and_matches_the_unrolled_adjoint():
+    h, n = 6, 10
+    rng = np.random.default_rng(7)
+    W1, b1 = rng.normal(size=(h, 2)), rng.normal(size=h)
+    W2, b2, w3 = rng.normal(size=(h, h)) * 0.4, rng.normal(size=h), rng.normal(size=h)
+    theta = np.concatenate([W1.ravel(), b1, W2.ravel(), b2, w3])
+    X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+
+    def loss(t, X, y):
+        total = 0.0
+        for i in range(len(y)):
+            h1 = [
+                ad.relu(t[2 * k] * X[i, 0] + t[2 * k + 1] * X[i, 1] + t[2 * h + k])
+                for k in range(h)
+            ]
+            o = 3 * h + h * h
+            h2 = [
+                ad.tanh(sum(t[3 * h + k * h + m] * h1[m] for m in range(h)) + t[o + k])
+                for k in range(h)
+            ]
+            s = sum(t[o + h + k] * h2[k] for k in range(h))
+            total = total + ad.softplus(-y[i] * s)
+        return total / len(y)
+
+    params = [Param("t", len(theta)), Param("X", 2 * n), Param("y", n)]
+    out, expected, program, code = nested_pipeline(loss, params, [theta, X, y], wrt=[0])
+    (outer,) = [it for it in program.items if isinstance(it, loopir.Loop) and it.trips == n]
+    assert outer.inner is not None  # the neurons: loops inside the loop over examples
+    assert sum(isinstance(it, loopir.Loop) for it in outer.inner.program.items) >= 2
+    assert "for j in range(6):" in code.text and "for i in range(10):" in code.text
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-14)
+    # and against backpropagation by hand
+    z1 = X @ W1.T + b1
+    a1 = np.maximum(z1, 0)
+    z2 = a1 @ W2.T + b2
+    a2 = np.tanh(z2)
+    s = a2 @ w3
+    assert out[0] == pytest.approx(np.mean(np.logaddexp(0, -y * s)), rel=1e-12)
+    ds = -y / (1 + np.exp(y * s)) / n
+    dz2 = np.outer(ds, w3) * (1 - a2**2)
+    dz1 = (dz2 @ W2) * (z1 > 0)
+    g = np.concatenate(
+        [(dz1.T @ X).ravel(), dz1.sum(0), (dz2.T @ a1).ravel(), dz2.sum(0), a2.T @ ds]
+    )
+    np.testing.assert_allclose(out[1:], g, rtol=1e-10, atol=1e-14)
+
+
+@st.composite
+def double_loops(draw) -> str:
+    """``def f(x, w):`` with a loop over rows whose body loops over columns."""
+    lines = ["def f(x, w):", "    s = 0.0", "    for i in range(len(x) // 8):", "        u = 0.0"]
+    lines.append("        for k in range(8):")
+    a = draw(st.sampled_from(["x[8 * i + k]", "w[k]", "u"]))
+    b = draw(st.sampled_from(["x[8 * i + k]", "w[k]", "w[k + 1]"]))
+    fn = draw(st.sampled_from(["sin", "tanh", "sigmoid"]))
+    op = draw(st.sampled_from(["+", "*", "-"]))
+    lines.append(f"            u = u * 0.5 + ad.{fn}({a} {op} {b})")
+    lines.append(f"        s = s + ad.{draw(st.sampled_from(['tanh', 'sin']))}(u) * w[8]")
+    lines.append("    return s")
+    return "\n".join(lines)
+
+
+@settings(
+    max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(src=double_loops(), rows=st.integers(4, 7))
+def test_random_double_loops_nest_and_agree_with_the_unrolled_adjoint(src, rows):
+    note(src)
+    ns = {"ad": ad}
+    exec(compile(src, "<loops>", "exec"), ns)
+    x = np.sin(np.arange(1.0, 8 * rows + 1))
+    w = np.cos(np.arange(1.0, 10.0))
+    params = [Param("x", len(x)), Param("w", 9)]
+    out, expected, program, _ = nested_pipeline(ns["f"], params, [x, w], min_ops=6)
+    assert any(it.inner for it in program.items if isinstance(it, loopir.Loop))
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-13)
+
+
+def test_jit_of_nested_loops_prints_the_value_alone():
+    def f(x):
+        s = 0.0
+        for i in range(len(x) // 8):
+            u = 0.0
+            for k in range(8):
+                u = ad.tanh(u * 0.9 + x[8 * i + k] * 0.5)
+            s = s + u * u
+        return s
+
+    x = np.sin(np.arange(1.0, 8 * 40 + 1))
+    tape = hoist_constants(ad.trace(f, x))
+    params = [Param("x", len(x))]
+    program = loopir.build(tape, find_segments(tape, params), params, "f")
+    (loop,) = [it for it in program.items if isinstance(it, loopir.Loop)]
+    loop.inner = loopir.nest(loop, params, min_ops=8)
+    assert loop.inner is not None
+    code = loopgen.generate(program, params, "f_value")
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<jit>", "exec"), ns)
+    out = np.empty(1)
+    assert ns["f_value"](x, np.empty(max(code.work_size, 1)), code.columns, out)
+    assert out[0] == pytest.approx(float(f(x)), rel=1e-13)
