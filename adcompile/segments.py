@@ -297,6 +297,12 @@ def _find(t: _Tables, min_reps: int, min_saved: int) -> list[Segment]:
         options = [saving(q, k) + (-k,) for k in sorted(periods_here)]
         saved, r, k = max(options)  # ties: the shorter body
         k = -k
+        # a loop inside a loop (one row of a matmul: 16 dot products, then the next
+        # row): the whole of this repetition may itself repeat, and save more
+        if r >= min_reps and q + min_reps * k * r <= t.n:
+            big = saving(q, k * r)
+            if big[0] > saved:
+                saved, r, k = big[0], big[1], k * r
         g += 1
         if saved < min_saved:
             continue

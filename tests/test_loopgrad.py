@@ -570,3 +570,23 @@ def test_jit_of_nested_loops_prints_the_value_alone():
     out = np.empty(1)
     assert ns["f_value"](x, np.empty(max(code.work_size, 1)), code.columns, out)
     assert out[0] == pytest.approx(float(f(x)), rel=1e-13)
+
+
+def test_a_matmul_over_rows_folds_as_one_loop_over_the_rows():
+    # X @ W.T over object arrays: per row, 8 dot products of 3 terms; the row is the
+    # loop (a loop inside it over the 8 outputs), not one short loop per row
+    rng = np.random.default_rng(5)
+    X, W = rng.normal(size=(40, 3)), rng.normal(size=(8, 3))
+
+    def f(W, X):
+        return np.sum(np.tanh(X @ W.T))  # (np.tanh calls each Value's tanh)
+
+    params = [Param("W", 24), Param("X", 120)]
+    tape = hoist_constants(ad.trace(f, W, X))
+    segments = find_segments(tape, params)
+    assert any(s.reps == 40 for s in segments)  # one repetition per row
+    vg = ad.value_and_grad(f)
+    value, g = vg(W, X)
+    t = np.tanh(X @ W.T)
+    assert value == pytest.approx(t.sum(), rel=1e-12)
+    np.testing.assert_allclose(g, (1 - t**2).T @ X, rtol=1e-11)
