@@ -442,12 +442,14 @@ class _Gen:
                 operand[j] = self.ref(r, var, u, k)
         if u.loop:
             item = self.program.items[n]
+            what = "body slots" if self.ctx else "tape slots"  # (of L<item>'s body)
             slots = (
-                f"tape slots {item.start}.."
+                f"{what} {item.start}.."
                 if self.lengths
-                else f"tape slots {item.start}..{item.start + u.trips * u.size - 1}"
+                else f"{what} {item.start}..{item.start + u.trips * u.size - 1}"
             )
-            self.emit(1, f"# L{n}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
+            label = f"L{self.ctx.u.item}.L{n}" if self.ctx else f"L{n}"
+            self.emit(1, f"# {label}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
             self.emit(1, f"for {self.i} in range({u.trips}):")
             for line in prelude:
                 self.emit(2, line)
@@ -952,7 +954,7 @@ def _nested(loops: list[Loop]) -> str:
         return ""
     k = sum(1 for nb in inner for it in nb.program.items if type(it) is Loop)
     which = "the body of 1" if len(inner) == 1 else f"the bodies of {len(inner)}"
-    return f"; {which} folded in turn into {k} loops inside it"
+    return f"; {which} folded in turn into {k} loop{'s' if k != 1 else ''} inside it"
 
 
 def _fold_bodies(program: Program) -> None:
