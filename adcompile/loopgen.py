@@ -512,9 +512,19 @@ class _Gen:
     def reverse_lines(self, seeds: dict[int, str]) -> list[str | _Write]:
         """(A body folded in turn) its reverse, the cotangents of its outputs
         ``seeds[q]`` coming in, at depth 1."""
-        gp = self.grad
         self.goff, self.writes, self.trips = {}, [], 1
-        for u, adj in zip(self.units, gp.adjoints):
+        self._zero_adjoints()
+        for q, ct in seeds.items():
+            stmt = self.add(self.program.outputs[q], None, ct)
+            if stmt:
+                self.emit(1, stmt)
+        self._reverse_units()
+        lines, self.lines = self.lines, []
+        return lines
+
+    def _zero_adjoints(self) -> None:
+        """Each call (or outer repetition) starts its adjoints at zero."""
+        for u, adj in zip(self.units, self.grad.adjoints):
             n = u.item
             if adj is None:
                 continue
@@ -523,17 +533,14 @@ class _Gen:
                 self.emit(1, f"{self._v(f'{b}:{self._w}{b + u.trips * self.awidth[n]}')} = 0.0")
             for name in self.pinned[n].values():
                 self.emit(1, f"{name} = 0.0")
-        for q, ct in seeds.items():
-            stmt = self.add(self.program.outputs[q], None, ct)
-            if stmt:
-                self.emit(1, stmt)
-        for u, adj in reversed(list(zip(self.units, gp.adjoints))):
+
+    def _reverse_units(self) -> None:
+        """The reverse of every unit with an adjoint, last first."""
+        for u, adj in reversed(list(zip(self.units, self.grad.adjoints))):
             if adj is not None:
                 self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
                 self.trips = u.trips
                 self._reverse_unit(u, adj)
-        lines, self.lines = self.lines, []
-        return lines
 
     # ---- reverse
 
@@ -553,24 +560,12 @@ class _Gen:
         zeroing = len(self.lines)
         if at > 1:
             self.emit(1, f"out[1:{at}] = 0.0")
-        for u, adj in zip(self.units, gp.adjoints):
-            n = u.item
-            if adj is None:
-                continue
-            if self.abase[n] is not None:
-                b = self.abase[n]
-                self.emit(1, f"{self._v(f'{b}:{self._w}{b + u.trips * self.awidth[n]}')} = 0.0")
-            for name in self.pinned[n].values():
-                self.emit(1, f"{name} = 0.0")
+        self._zero_adjoints()
         self.emit(1, f"out[0] = {self.ref(self.program.outputs[0], None)}")
         seed = self.add(self.program.outputs[0], None, "1.0")
         if seed:
             self.emit(1, seed)
-        for u, adj in reversed(list(zip(self.units, gp.adjoints))):
-            if adj is not None:
-                self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
-                self.trips = u.trips
-                self._reverse_unit(u, adj)
+        self._reverse_units()
         if at > 1 and not self.nests:  # (writes inside bodies folded in turn: not counted)
             self._assign_once(zeroing, at)
 
