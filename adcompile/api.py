@@ -27,8 +27,8 @@ import numpy as np
 from . import batch, captures
 from .codegen import Param
 from .interpret import first_nonfinite
-from .loopgen import batch_source, loop_source
 from .loopir import Lin
+from .loops import batch_source, loop_source
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
 from .value import (
@@ -717,7 +717,7 @@ class Transformed:
     def _batch_loops(
         self, arrays: list, key: tuple, which: list[int], names: list[str], fname: str, doc: str
     ) -> Any:
-        """Batch-generic code from the loop IR (``loopgen.batch_source``): the primal
+        """Batch-generic code from the loop IR (``loops.batch_source``): the primal
         traced at a few lengths, made one program in n, differentiated as loops."""
         from .jit import STRAIGHT_LINE_LIMIT
 

@@ -449,7 +449,7 @@ def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) ->
 
 class LoopCompiled:
     """A primal tape folded into loops, differentiated as loops
-    (``adcompile.loopgen.loop_source``) and compiled.
+    (``adcompile.loops.loop_source``) and compiled.
 
     Called as :class:`Compiled` (``call(*args) -> (ok, outputs)``), and shaped
     like folded code for the fast entry and ``numba_entry``: ``fn(*args,

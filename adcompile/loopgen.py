@@ -8,34 +8,20 @@ array of ``Generated.work_size`` floats, ``c`` the per-repetition constants
 (``Generated.columns``); the outputs go to ``out``, and the result is
 False when a guard recorded while tracing does not hold.
 
-Layout (which values are stored where):
-
-- a loop's value ``p`` of repetition ``i`` is a local inside the repetition
-  (named after the tape slot of repetition 0), and is stored in ``v`` when a
-  later item reads it or its reverse loop needs it: packed, at ``base +
-  rank[p] + width * i``, when every reader reads whole repetitions, else at
-  ``base + size * i + p``; a value read only at the last repetition is the
-  local the loop leaves behind;
-- a block's values are locals, also stored when a loop reads them at an
-  index that advances;
-- the adjoint of a value read at an index that advances lives in ``v`` too
-  (zeroed each call); one read only at fixed indices is a local;
-- a loop-carried value (``prev``) is a local carried from one repetition to
-  the next, and its cotangent is carried back the same way.
+Where each value lives is ``looplayout``'s; the pipeline (fold, differentiate,
+print) is ``loops``.
 """
 
 from __future__ import annotations
 
 import re
-import textwrap
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codegen import Param, module_source, strip_parens
-from .loopgrad import Adjoint, GradProgram, Unit, grad, units
+from .codegen import Param, strip_parens
+from .loopgrad import Adjoint, GradProgram, Unit, units
 from .loopir import (
     Affine,
     Arg,
@@ -51,25 +37,11 @@ from .loopir import (
     Program,
     Read,
     at_length,
-    build,
-    generalise,
 )
-from .loopir import nest as fold_body
-from .passes import hoist_constants
-from .segments import find_segments
-from .tape import CONST, INPUT, Tape
+from .looplayout import Layout, index, index2
+from .tape import CONST, INPUT
 
 _CLASH = re.compile(r"v|c|i|n|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
-
-#: A loop body of this many operations is long: folding it in turn (loops
-#: inside loops) could shorten it (``loop_source``'s report).
-LONG_BODY = 96
-
-#: Fold long loop bodies in turn (loops inside loops).
-NEST = True
-
-#: Reads of an adjoint at fixed indices kept in locals, at most this many per loop.
-PINNED_MAX = 4
 
 
 @dataclass
@@ -109,24 +81,21 @@ def _slots(k: int) -> str:
     return f"{k} slot" if k == 1 else f"{k} slots"
 
 
-def _index(c0: int, c1: int, var: str | None) -> str:
-    """``c0 + c1 * var`` printed short (``var`` None: repetition 0)."""
-    if var is None or c1 == 0:
-        return str(c0)
-    term = var if abs(c1) == 1 else f"{abs(c1)} * {var}"
-    if c0 == 0:
-        return term if c1 > 0 else f"-{term}"
-    return f"{c0} + {term}" if c1 > 0 else f"{c0} - {term}"
-
-
 def generate(
-    what: Program | GradProgram, params: Sequence[Param], fname: str, doc: str = ""
+    what: Program | GradProgram,
+    params: Sequence[Param],
+    fname: str,
+    doc: str = "",
+    lengths: Sequence[int] | None = None,
 ) -> Generated:
-    """The source of ``what`` (see the module doc)."""
-    return _Gen(what, list(params)).source(fname, doc)
+    """The source of ``what`` (see the module doc); with ``lengths`` (the batch
+    lengths it was traced at), generic in n, which the function takes first."""
+    return _Gen(what, list(params), lengths).source(fname, doc)
 
 
-class _Gen:
+class _Gen(Layout):
+    """Prints a program (and its reverse); ``Layout`` says where values live."""
+
     def __init__(
         self,
         what: Program | GradProgram,
@@ -156,125 +125,10 @@ class _Gen:
         self.work = 0
         self.columns: list[float] = []
         self._layout()
-
-    # ---- layout
-
-    def _take(self, n: int) -> int:
-        base, self.work = self.work, self.work + n
-        return base
-
-    def _layout(self) -> None:
-        program, us = self.program, self.units
-        adjoints = self.grad.adjoints if self.grad else [None] * len(us)
-        n_items = len(us)
-        stored: list[set[int]] = [set() for _ in range(n_items)]
-        strided = [False] * n_items  # read at an index that advances
-        incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
-        last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
-        outs = list(range(len(program.outputs))) if self.ctx is None else self.ctx.needed
-        reads: list[Read] = [program.outputs[q] for q in outs]
-        for u in us:
-            reads += [r.init if type(r) is Prev else r for r in u.reads]
-        for r in reads:
-            if type(r) is not At:
-                continue
-            item = program.items[r.item]
-            if type(item) is Loop and self._last(r):
-                last[r.item].add(r.index.c0 % item.size)
-            if type(item) is Loop and not self._last(r):
-                size = item.size
-                if r.index.c1 % size == 0:
-                    stored[r.item].add(r.index.c0 % size)
-                else:
-                    stored[r.item].update(range(size))
-            if r.index.c1 != 0:
-                strided[r.item] = True
-        if self.grad:
-            seeded = [program.outputs[q] for q in self.grad.seeds]
-            for r in seeded + reads:
-                if type(r) is At:
-                    incoming[r.item].append(r)
-        for u, adj in zip(us, adjoints):
-            if adj is None or not u.loop or program.items[u.item].inner is not None:
-                continue  # (a body folded in turn stores its values itself)
-            pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
-            for j in adj.uses:
-                if j in pos_of:
-                    stored[u.item].add(pos_of[j])
-        self.stored = stored
-        self.prev_stored: list[dict[int, int]] = [{} for _ in range(n_items)]
-        # a loop read only at whole repetitions keeps its stored values packed:
-        # value p of repetition i at base + rank[p] + width * i
-        self.rank: list[dict[int, int]] = []
-        self.width: list[int] = []
-        self.arank: list[dict[int, int]] = []  # the same for adjoints
-        self.awidth: list[int] = []
-        for u in us:
-            aligned = all(
-                r.index.c1 % u.size == 0 for r in reads if type(r) is At and r.item == u.item
-            )
-            if u.loop and aligned:
-                got = sorted({r.index.c0 % u.size for r in incoming[u.item]})
-                self.arank.append({p: k for k, p in enumerate(got)})
-            else:
-                self.arank.append({p: p for p in range(u.size)})
-            self.awidth.append(len(self.arank[-1]))
-            adj = adjoints[u.item]
-            prev = [
-                k
-                for k, r in enumerate(u.reads)
-                if adj is not None and type(r) is Prev and u.body.inputs[k] in adj.uses
-            ]
-            if u.loop and aligned:
-                # the value a prev read reads is stored with its repetition, as
-                # pseudo-position size + k, so that the reverse loads it as it is
-                rank = {p: k for k, p in enumerate(sorted(stored[u.item]))}
-                for k in prev:
-                    rank[u.size + k] = len(rank)
-                    self.prev_stored[u.item][k] = u.size + k
-            else:  # read across repetitions: every value at its flat index
-                pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
-                stored[u.item].update(pos_of[u.reads[k].slot] for k in prev)
-                rank = {p: p for p in range(u.size)}
-            self.rank.append(rank)
-            self.width.append(len(rank))
-        self.vbase: list[int | None] = [None] * n_items
-        self.abase: list[int | None] = [None] * n_items
-        self.pinned: list[dict[int, str]] = [{} for _ in range(n_items)]
-        for u, adj in zip(us, adjoints):
-            n = u.item
-            if (u.loop and self.width[n] and (stored[n] or self.prev_stored[n])) or (
-                not u.loop and (strided[n] or (self.ctx is not None and adj is not None))
-            ):
-                self.vbase[n] = self._take(u.trips * self.width[n])
-            nested = program.items[n].inner if u.loop else None
-            if nested is not None:
-                inner = self.grad.inner.get(n) if self.grad and adj is not None else None
-                pos = self.pos_of_unit(u)
-                carried = {pos[r.slot] for r in u.reads if type(r) is Prev}
-                want = stored[n] | last[n] | carried
-                needed = [q for q, j in enumerate(u.body.outputs) if pos[j] in want]
-                nest = self.nests[n] = _Nest(self, u, nested, adj, inner, needed)
-                nest.base = self._take(u.trips * nest.gen.work) if nest.gen.work else 0
-            if adj is None:
-                continue
-            flat = list(dict.fromkeys(r.index.c0 for r in incoming[n] if r.index.c1 == 0))
-            if not u.loop and not strided[n]:
-                self.pinned[n] = {f: f"a{self._sid(n, f)}" for f in flat}
-            elif u.loop and all(r.index.c1 == 0 for r in incoming[n]) and len(flat) <= PINNED_MAX:
-                # named after the value's slot in repetition 0, and which one it is
-                self.pinned[n] = {
-                    f: f"a{self._sid(n, f % u.size)}_{k}" for k, f in enumerate(flat)
-                }
-            else:
-                self.abase[n] = self._take(u.trips * self.awidth[n])
-        # columns of per-repetition constants
-        self.cbase: dict[tuple[int, int], int] = {}
-        for u in us:
-            for k, r in enumerate(u.reads):
-                if type(r) is Column:
-                    self.cbase[u.item, k] = len(self.columns)
-                    self.columns.extend(r.values)
+        for n, (nested, adj, inner, needed) in self.nest_plan.items():
+            u = self.units[n]
+            nest = self.nests[n] = _Nest(self, u, nested, adj, inner, needed)
+            nest.base = self._take(u.trips * nest.gen.work) if nest.gen.work else 0
 
     def _first_reversed(self, u: Unit) -> bool:
         """Whether ``u`` is reversed first and takes every cotangent coming in (then
@@ -283,43 +137,6 @@ class _Gen:
         last = max(w.item for w, a in zip(self.units, gp.adjoints) if a is not None)
         seeded = [self.program.outputs[q] for q in gp.seeds]
         return u.item == last and all(type(r) is At and r.item == u.item for r in seeded)
-
-    @staticmethod
-    def pos_of_unit(u: Unit) -> dict[int, int]:
-        """Body slot -> the position it holds."""
-        return {j: p for p, j in enumerate(u.positions) if j is not None}
-
-    def vidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
-        """Where value ``p`` of repetition ``rep0 + rep1 * var`` of item ``n`` is stored."""
-        w = self.width[n]
-        return self._v(_index(self.vbase[n] + self.rank[n][p] + w * rep0, w * rep1, var))
-
-    def aidx(self, n: int, p: int, rep0: int, rep1: int, var: str | None) -> str:
-        """Where the adjoint of value ``p`` of repetition ``rep0 + rep1 * var`` is summed."""
-        w = self.awidth[n]
-        return self._v(_index(self.abase[n] + self.arank[n][p] + w * rep0, w * rep1, var))
-
-    def _last(self, r: At) -> bool:
-        """Whether ``r`` reads a loop's value of its last repetition: the local
-        the loop leaves behind, not stored."""
-        item = self.program.items[r.item]
-        if self.ctx is not None:  # (locals do not outlive the outer repetition)
-            return False
-        return type(item) is Loop and r.index.c1 == 0 and r.index.c0 // item.size == item.trips - 1
-
-    def _sid(self, n: int, f: int) -> str:
-        """The name part of value ``f`` of item ``n``: its tape slot (in a loop body
-        folded in turn, after the outer loop's ``px``)."""
-        return f"{self.px}{self._slot(n, f)}"
-
-    def _v(self, index: str) -> str:
-        """``v[index]``; in a body folded in turn, from its outer repetition's region."""
-        return f"v[{self._w}{index}]"
-
-    def _slot(self, n: int, f: int) -> int:
-        """The tape slot of value ``f`` of item ``n`` (for names)."""
-        item = self.program.items[n]
-        return item.slots[f] if type(item) is Block else item.start + f
 
     # ---- expressions
 
@@ -338,9 +155,9 @@ class _Gen:
             p = self.params[r.param]
             if p.size is None:
                 return p.name
-            return f"{p.name}[{_index(r.index.c0, r.index.c1, var)}]"
+            return f"{p.name}[{index(r.index.c0, r.index.c1, var)}]"
         if type(r) is Column:
-            return f"c[{_index(self.cbase[u.item, k], 1, var)}]"
+            return f"c[{index(self.cbase[u.item, k], 1, var)}]"
         item = self.program.items[r.item]
         if type(item) is Block and self.vbase[r.item] is None:
             return f"v{self.px}{item.slots[r.index.c0]}"
@@ -349,7 +166,7 @@ class _Gen:
         if type(item) is Loop and r.index.c1 % item.size == 0:
             k = item.size
             return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
-        return self._v(_index(self.vbase[r.item] + r.index.c0, r.index.c1, var))
+        return self._v(index(self.vbase[r.item] + r.index.c0, r.index.c1, var))
 
     def add(self, r: Read, var: str | None, ct: str) -> str | _Write | None:
         """The statement adding cotangent ``ct`` where read ``r`` came from."""
@@ -362,7 +179,7 @@ class _Gen:
             self.writes.append(
                 (r.param, r.index.c0, r.index.c1 if inside else 0, self.trips if inside else 1)
             )
-            return _Write(_index(self.goff[r.param] + r.index.c0, r.index.c1, var), ct)
+            return _Write(index(self.goff[r.param] + r.index.c0, r.index.c1, var), ct)
         if type(r) is At:
             if self.grad.adjoints[r.item] is None:  # not differentiated: no adjoint
                 return None
@@ -373,7 +190,7 @@ class _Gen:
                 at = self.aidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
                 return f"{at} += {ct}"
             if base is not None:
-                return f"{self._v(_index(base + r.index.c0, r.index.c1, var))} += {ct}"
+                return f"{self._v(index(base + r.index.c0, r.index.c1, var))} += {ct}"
             return f"{self.pinned[r.item][r.index.c0]} += {ct}"
         return None  # Lit, Column: constants
 
@@ -477,7 +294,7 @@ class _Gen:
         n, nest = u.item, self.nests[u.item]
         nest.mode, nest.operand = "fwd", operand
         if nest.gen.work:
-            self.emit(2, f"w{n} = {_index(nest.base, nest.gen.work, self.i)}")
+            self.emit(2, f"w{n} = {index(nest.base, nest.gen.work, self.i)}")
         for line in nest.gen.forward_lines():
             self._splice(2, line)
         self.statements += nest.gen.statements
@@ -784,7 +601,7 @@ class _Gen:
             self.emit(1, f"{c} = {start[c]}")
         self.emit(1, f"for {self.i} in range({u.trips - 1}, -1, -1):")
         if nest.gen.work:
-            self.emit(2, f"w{n} = {_index(nest.base, nest.gen.work, self.i)}")
+            self.emit(2, f"w{n} = {index(nest.base, nest.gen.work, self.i)}")
         for line in lines:
             self.emit(2, line)
         for c in carries.values():  # the body's reverse adds to them
@@ -834,13 +651,13 @@ class _Gen:
         reg = {d: f"r{self.px}{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
         before += [f"{name} = 0.0" for name in reg.values()]
         total = " + ".join([reg[hi - 1], *by_q[hi]])
-        lines.append(_Write(_index(g + c0 + c1 * hi, c1, self.i), total))
+        lines.append(_Write(index(g + c0 + c1 * hi, c1, self.i), total))
         for d in range(hi - 1, lo, -1):
             lines.append(f"{reg[d]} = {' + '.join([reg[d - 1], *by_q.get(d, [])])}")
         lines.append(f"{reg[lo]} = {' + '.join(by_q[lo])}")
         after += [_Write(str(g + c0 + c1 * d), name) for d, name in reg.items()]
         # a skipped repetition still moves the register along
-        skip.append(_Write(_index(g + c0 + c1 * hi, c1, self.i), reg[hi - 1]))
+        skip.append(_Write(index(g + c0 + c1 * hi, c1, self.i), reg[hi - 1]))
         skip += [f"{reg[d]} = {reg[d - 1]}" for d in range(hi - 1, lo, -1)]
         skip.append(f"{reg[lo]} = 0.0")
 
@@ -883,7 +700,7 @@ class _Nest:
         outer, u = self.outer, self.u
         if kind[0] == "array":
             _, p, c1 = kind
-            idx = _index2(r.index.c0, [(r.index.c1, var), (c1, outer.i)])
+            idx = index2(r.index.c0, [(r.index.c1, var), (c1, outer.i)])
             return f"{outer.params[p].name}[{idx}]"
         k = kind[1]
         read = u.reads[k]
@@ -912,7 +729,7 @@ class _Nest:
             _, p, c1 = kind
             if p not in outer.goff:
                 return None
-            idx = _index2(outer.goff[p] + r.index.c0, [(r.index.c1, var), (c1, outer.i)])
+            idx = index2(outer.goff[p] + r.index.c0, [(r.index.c1, var), (c1, outer.i)])
             return _Write(idx, ct)
         k = kind[1]
         if k in self.carries:
@@ -922,197 +739,4 @@ class _Nest:
         return outer.add(self.u.reads[k], outer.i, ct)
 
 
-def _index2(c0: int, terms: Sequence[tuple[int, str | None]]) -> str:
-    """``c0 + sum(c * var)`` printed short."""
-    out = str(c0) if c0 != 0 else ""
-    for c, var in terms:
-        if var is None or c == 0:
-            continue
-        term = var if abs(c) == 1 else f"{abs(c)} * {var}"
-        if not out:
-            out = term if c > 0 else f"-{term}"
-        else:
-            out += f" + {term}" if c > 0 else f" - {term}"
-    return out or "0"
-
-
 __all__ = ["Generated", "generate"]
-
-
-# ------------------------------------------------------------------ the pipeline
-
-
-def _nested(loops: list[Loop]) -> str:
-    """``; the body of 1 folded in turn into 3 loops`` (loops inside loops), or ""."""
-    inner = [lp.inner for lp in loops if lp.inner is not None]
-    if not inner:
-        return ""
-    k = sum(1 for nb in inner for it in nb.program.items if type(it) is Loop)
-    which = "the body of 1" if len(inner) == 1 else f"the bodies of {len(inner)}"
-    return f"; {which} folded in turn into {k} loop{'s' if k != 1 else ''} inside it"
-
-
-def _fold_bodies(program: Program) -> None:
-    """Fold each long loop body in turn (loops inside loops), where it repeats."""
-    if not NEST:
-        return
-    for item in program.items:
-        if type(item) is Loop and item.body.n_ops >= LONG_BODY:
-            item.inner = fold_body(item, program.params, LONG_BODY)
-
-
-@dataclass
-class LoopSource:
-    """A primal tape folded, differentiated as loops and printed (``loop_source``)."""
-
-    program: Program
-    grad: GradProgram | None
-    code: Generated
-    source: str  # the module, with ``explanation`` as its header comment
-    explanation: str
-    n_out: int
-    timings: dict[str, float]
-
-
-def loop_source(
-    tape: Tape,
-    params: Sequence[Param],
-    wrt: Sequence[int] | None,
-    fname: str,
-    doc: str = "",
-    limit: int = 1000,
-    report: dict | None = None,
-) -> LoopSource | None:
-    """Fold the primal ``tape``, differentiate the folded program by the
-    parameters ``wrt`` (None: the value only) and print it; None when folding
-    does not at least halve the statements or leaves more than ``limit``.
-
-    ``report``, if given, gets ``flat``: the statements of the folded primal
-    outside loops with long bodies (``LONG_BODY`` operations or more), which
-    only loops inside loops could shorten.
-    """
-    clock = time.perf_counter()
-    timings: dict[str, float] = {}
-
-    def lap(stage: str) -> None:
-        nonlocal clock
-        now = time.perf_counter()
-        timings[stage] = now - clock
-        clock = now
-
-    tape = hoist_constants(tape)
-    segments = find_segments(tape, params)
-    lap("detect")
-    if not segments:
-        return None
-    program = build(tape, segments, params, fname)
-    _fold_bodies(program)
-    if report is not None:
-        report["flat"] = sum(
-            len(it.nodes) if type(it) is Block else it.body.n_ops
-            for it in program.items
-            if type(it) is Block or it.body.n_ops < LONG_BODY
-        )
-    if program.statements > min(limit, tape.n_ops // 2):
-        return None
-    lap("build")
-    gp = grad(program, wrt) if wrt is not None else None
-    lap("reverse")
-    statements = gp.statements if gp is not None else program.statements
-    if statements > limit:
-        return None
-    code = _Gen(gp if gp is not None else program, list(params)).source(fname, doc)
-    loops = [it for it in program.items if type(it) is Loop]
-    in_loops = sum(lp.body.n_ops * lp.trips for lp in loops)
-    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
-    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
-    explanation = (
-        f"Folded {len(loops)} repeated segment{'s' if len(loops) != 1 else ''} of the tape "
-        f"into for loops ({shapes}{more}{_nested(loops)}): {in_loops} of its {tape.n_ops} "
-        "operations run in "
-        f"loops whose body is written once"
-        + (", and differentiated as loops, each adjoint loop written once" if gp else "")
-        + f": the source has {code.statements} statements instead of {tape.n_ops} "
-        "(the operations of the tape, before differentiating)."
-    )
-    header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
-    source = module_source([header + code.text])
-    lap("generate")
-    n_out = (
-        1 + sum(1 if params[p].size is None else params[p].size for p in gp.wrt)
-        if gp
-        else (len(program.outputs))
-    )
-    return LoopSource(program, gp, code, source, explanation, n_out, timings)
-
-
-#: The batch lengths a loss is traced at for batch-generic code (three, so that
-#: a number is checked to be affine in n rather than assumed), and the lengths
-#: tried next when detection folds those differently.
-BATCH_SIZES = ((8, 9, 11), (12, 14, 17))
-
-
-def batch_source(
-    trace_at: Callable[[int], tuple[Tape, list[Param]]],
-    wrt: Sequence[int] | None,
-    fname: str,
-    doc: str = "",
-    limit: int = 1000,
-) -> tuple[LoopSource, tuple[int, ...]] | None:
-    """Batch-generic code from the loop IR: ``trace_at(k)`` traces the primal at
-    batch length k; the folded programs at three lengths are made one program
-    in ``n`` (``loopir.generalise``), differentiated as loops and printed as
-    ``fname(n, *params, v, c, out)``. Returns it and the lengths traced, or
-    None when they are not one program.
-    """
-    clock = time.perf_counter()
-    timings: dict[str, float] = {}
-    for ks in BATCH_SIZES:
-        programs = []
-        for k in ks:
-            tape, params = trace_at(k)
-            tape = hoist_constants(tape)
-            ops = tape.n_ops
-            segments = find_segments(tape, params, min_saved=2)
-            if not segments:
-                return None
-            try:
-                programs.append(build(tape, segments, params, fname))
-            except ValueError:
-                return None
-        generic = generalise(programs, ks)
-        if generic is not None:
-            break
-    else:
-        return None
-    timings["trace and detect"] = time.perf_counter() - clock
-    _fold_bodies(generic)
-    try:
-        gp = grad(generic, wrt) if wrt is not None else None
-        statements = gp.statements if gp is not None else generic.statements
-        if statements > limit:
-            return None
-        code = _Gen(gp if gp is not None else generic, list(generic.params), ks).source(fname, doc)
-    except NotAffine:
-        return None
-    loops = [it for it in generic.items if type(it) is Loop]
-    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
-    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
-    explanation = (
-        f"Generic in the batch length n: traced at n = {', '.join(map(str, ks))}, folded into "
-        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}{_nested(loops)}) "
-        "and checked to be one program whose loop counts and offsets are written in n"
-        + (", then differentiated as loops" if gp else "")
-        + f": the source has {code.statements} statements instead of {ops} (the operations "
-        f"of the tape at n = {ks[-1]}, before differentiating)."
-    )
-    header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
-    source = module_source([header + code.text])
-    timings["generate"] = time.perf_counter() - clock - timings["trace and detect"]
-    prm = generic.params
-    n_out = (
-        1 + sum(1 if prm[p].size is None else prm[p].size for p in gp.wrt)
-        if gp
-        else len(generic.outputs)
-    )
-    return LoopSource(generic, gp, code, source, explanation, n_out, timings), tuple(ks)
