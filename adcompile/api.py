@@ -726,16 +726,24 @@ class Transformed:
 
         def trace_primal(k: int) -> tuple[Tape, list[Param]]:
             sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
-            with gc_paused():
-                tape = self._trace(sliced)
+            try:
+                with gc_paused():
+                    tape = self._trace(sliced)
+            except captures.SwapFailed:
+                raise
+            except Exception as e:  # f fails on a short batch (it reads row 9 ...)
+                raise _ShortBatch from e
             return tape, self._params(names, skey(k))
 
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
         try:
             found = batch_source(trace_primal, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+        except _ShortBatch:  # not this way
+            return None
         except captures.SwapFailed:
             raise
-        except Exception:  # f fails on a short batch (it reads row 9 ...): not this way
+        except Exception as e:
+            _loop_ir_failed(self._name, e)
             return None
         if found is None:
             return None
@@ -918,7 +926,11 @@ class Transformed:
         if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
             return None
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
-        loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT, report)
+        try:
+            loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT, report)
+        except Exception as e:
+            _loop_ir_failed(self._name, e)
+            return None
         if loops is None:
             return None
         if self.mode == "jit":
@@ -1036,6 +1048,24 @@ class Transformed:
 
 
 _RESERVED = frozenset({"out", "math", "params"})
+
+
+class _ShortBatch(Exception):
+    """``f`` failed when traced on the first rows of its data only."""
+
+
+def _loop_ir_failed(name: str, error: Exception) -> None:
+    """The loop IR failed on a program (a bug in adcompile): compile the unrolled tape
+    instead, and say so; with ``ADCOMPILE_STRICT=1`` (the test suite), raise."""
+    if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
+        raise error
+    warnings.warn(
+        f"adcompile: folding {name}() into loops failed ({type(error).__name__}: {error}); "
+        "it is compiled as an unrolled tape instead, which takes longer. Please report "
+        "this with the function",
+        RuntimeWarning,
+        stacklevel=_user_stacklevel(),
+    )
 
 
 def _check_argnums(argnums: Any, mode: str) -> None:

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from scipy.special import expit
+
+# A failure of the loop IR raises here, instead of falling back to the unrolled path
+# with a warning as it does for users.
+os.environ.setdefault("ADCOMPILE_STRICT", "1")
 
 # An independent float reference for each op (NumPy / SciPy), where one exists.
 NUMPY_REF: dict[str, Callable[..., float]] = {

@@ -594,3 +594,19 @@ def test_a_matmul_over_rows_folds_as_one_loop_over_the_rows():
     t = np.tanh(X @ W.T)
     assert value == pytest.approx(t.sum(), rel=1e-12)
     np.testing.assert_allclose(g, (1 - t**2).T @ X, rtol=1e-11)
+
+
+def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning(monkeypatch):
+    def broken(*args, **kwargs):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(ad.api, "loop_source", broken)
+    monkeypatch.setenv("ADCOMPILE_STRICT", "0")
+    x = np.linspace(-1.2, 1.1, 300)
+    vg = ad.value_and_grad(rosen)
+    with pytest.warns(RuntimeWarning, match="folding rosen.. into loops failed.*KeyError"):
+        value, g = vg(x)
+    np.testing.assert_allclose(g, rosen_grad(x), rtol=1e-12)
+    monkeypatch.setenv("ADCOMPILE_STRICT", "1")  # the test suite sees the bug itself
+    with pytest.raises(KeyError, match="a bug"):
+        ad.value_and_grad(rosen)(x)
