@@ -687,32 +687,14 @@ class Transformed:
         return spec, out
 
     def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int]) -> Any:
-        """Trace at a few small lengths and compile one program for every length."""
+        """Trace at a few small lengths and compile one program for every length (None
+        when they are not one program: then each length is traced as it is)."""
         arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
-        names = self._names(len(args))
-
-        def trace_at(k: int) -> tuple[Tape, list[Param]]:
-            sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
-            skey = tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
-            with gc_paused():
-                tape = self._trace(sliced)
-                _, positions = self._layout(skey)
-                if self.mode != "jit":
-                    tape = grad_tape(tape, wrt=positions)
-            return tape, self._params(names, skey)
-
         fname, what = self._fname_doc()
         self.traces += 1
-        if LOOP_IR:
-            found = self._batch_loops(arrays, key, which, names, fname, what)
-            if found is not None:
-                return found
-        try:
-            return batch.compile_batch(trace_at, fname, what)
-        except captures.SwapFailed:
-            raise
-        except Exception:  # f fails on a short batch (it reads row 9 ...): trace it whole
+        if not LOOP_IR:
             return None
+        return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what)
 
     def _batch_loops(
         self, arrays: list, key: tuple, which: list[int], names: list[str], fname: str, doc: str

@@ -205,37 +205,6 @@ def test_debug_nans_on_generic_code_names_the_op():
         vg(np.array([1.0, 0.5]), X, y)
 
 
-# ---------------------------------------------------------------- generalise
-
-
-def test_generalise_writes_affine_numbers_in_n():
-    ks = (5, 6, 8)
-    texts = [
-        f"def f(n, v):\n    for r in range({k}):\n        v[{3 * k + 2} + r] = {1 / k!r}\n"
-        for k in ks
-    ]
-    text, rows = batch.generalise(texts, ks)
-    assert "range(n)" in text
-    assert "(3 * n + 2)" in text
-    assert "(1.0 / n)" in text
-    assert rows == [2, 3, 3]
-
-
-def test_generalise_accepts_a_consistent_renaming_only():
-    ks = (5, 6, 8)
-    same = [f"a = v{k}\nb = v{k} + w{k}\n" for k in ks]
-    assert batch.generalise(same, ks) is not None
-    clash = ["a = v5\nb = v5\n", "a = v6\nb = v6\n", "a = v8\nb = v9\n"]
-    assert batch.generalise(clash, ks) is None
-
-
-def test_generalise_refuses_what_is_not_affine():
-    ks = (5, 6, 8)
-    assert batch.generalise([f"x = {k * k}\n" for k in ks], ks) is None
-    assert batch.generalise(["x = 1\n", "x = 1\ny = 2\n", "x = 1\n"], ks) is None
-    assert batch.generalise([f"x = {float(k * k)}\n" for k in ks], ks) is None
-
-
 def test_jit_traces_each_new_shape_as_the_contract_says():
     def mean_log(w, X, y):
         return logistic(w, X, y)
@@ -246,10 +215,3 @@ def test_jit_traces_each_new_shape_as_the_contract_says():
         ref_loss, _ = logistic_numpy(W, X[:n], y[:n])
         assert f(W, X[:n], y[:n]) == pytest.approx(ref_loss, rel=1e-12)
     assert f.traces == 2
-
-
-def test_generalise_refuses_a_renaming_that_is_not_one_to_one():
-    ks = (5, 6, 8)
-    # v2 of the last text is v1 once and v2 once in the first: not a renaming
-    texts = ["x = v1 + v2\ny = v2\n", "x = v2 + v2\ny = v2\n", "x = v2 + v2\ny = v2\n"]
-    assert batch.generalise(texts, ks) is None
