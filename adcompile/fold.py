@@ -663,8 +663,9 @@ class _Gen:
                 return const(d[1])
             if kind == "carry":
                 return prev_at + rank[d[1]]
-            if kind == "param" and d[1] in direct:
-                return direct_at[d[1]] + d[2]
+            fixed_element = self.params[d[1]].size is None or d[3] == 0 if kind == "param" else 0
+            if kind == "param" and d[1] in direct and fixed_element:
+                return direct_at[d[1]] + d[2]  # (an element that moves is in e, as misc)
             if kind == "mem":
                 return view_at[(d[1], d[3], d[4])] + self.rank[d[1]][d[2]]
             return e_at + ext[d]

@@ -734,3 +734,32 @@ def test_an_example_whose_cotangent_is_zero_is_skipped_and_adds_nothing():
         np.testing.assert_allclose(g, ref_g, rtol=1e-10, atol=1e-15)
     assert "nothing flows back through this repetition" in vg.source
     np.testing.assert_allclose(g, 2e-4 * confident, rtol=1e-12)  # only the L2 term is left
+
+
+def test_an_outlined_body_reads_an_argument_element_that_moves_from_e():
+    # two loops of one shape, grouped as one outer loop of two repetitions: a[j % 3]
+    # is the same element in both (read directly), the multiplier a[1] then a[0]
+    # moves, and must come from the body's per-repetition array (found by the
+    # fuzz suite's long profile: it was read as a[1] in both)
+    def f(x, y, a):
+        t2 = a[1]
+        for j in range(3):
+            t2 = ad.tanh(t2 * 0.7 + a[j % 3] * a[1])
+        t3 = a[0]
+        for j in range(4):
+            t3 = ad.tanh(t3 * 0.7 + a[j % 3] * a[0])
+        return t3 + 0.1 * t2
+
+    x, y, a = 0.0, 0.0, np.array([0.3, 1.0, -0.4])
+    tape = ad.trace(f, x, y, a)
+    params = [Param("x", None), Param("y", None), Param("a", 3)]
+    for t in (tape, grad_tape(tape)):
+        hoisted = hoist_constants(t)
+        segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
+        code = fold.generate(hoisted, segments, "f", params, outline=(2, 2, 1))
+        assert code.functions  # outlined
+        ns: dict = {}
+        exec(compile(module_source([code.text]), "<outlined>", "exec"), ns)
+        out = np.empty(len(t.outputs))
+        assert ns["f"](x, y, a, np.empty(code.work_size), code.columns, out)
+        np.testing.assert_allclose(out, interpret.evaluate(t, [x, y, *a]), rtol=1e-13)
