@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .codegen import Param, module_source, py_ident, strip_parens
-from .passes import hoist_constants
+from .passes import hoist_constants, zero_flow
 from .segments import (  # noqa: F401  (find_segments is this module's API too)
     _INPUTC,
     MIN_REPS,
@@ -1018,37 +1018,14 @@ def _zero_exit(
         for j, nd in enumerate(nodes)
         if nd.op not in (INPUT, CONST) and not inside[j] and getattr(nd.op, "name", "") in _LINEAR
     ][:tries]
-    n = len(nodes)
-    zero0 = np.zeros(n, bool)  # what holds whatever the candidate: constants 0.0 ...
-    carried0 = np.full(n, -1, np.int64)  # ... and the values carried in
-    for j, nd in enumerate(nodes):
-        if nd.op == CONST:
-            zero0[j] = nd.value == 0.0
-        elif nd.op == INPUT and prev_at <= j < prev_at + width:
-            carried0[j] = j - prev_at
     for s in cands:
-        zero, carried = zero0.copy(), carried0.copy()
-        zero[s] = True
-        for j in range(s + 1, n):
-            nd = nodes[j]
-            name = getattr(nd.op, "name", "")
-            a = nd.args
-            if name == "mul":
-                zero[j] = zero[a[0]] or zero[a[1]]
-            elif name in ("div", "neg"):
-                zero[j] = zero[a[0]]
-            elif name == "add":
-                zero[j] = zero[a[0]] and zero[a[1]]
-                carried[j] = carried[a[0]] if zero[a[1]] else carried[a[1]] if zero[a[0]] else -1
-            elif name == "sub":
-                zero[j] = zero[a[0]] and zero[a[1]]
-                carried[j] = carried[a[0]] if zero[a[1]] else -1
+        zero, same = zero_flow(nodes, s)
         outs = []
         for k, o in enumerate(body.outputs):
             if zero[o]:
                 outs.append((k, -1))
-            elif carried[o] >= 0:
-                outs.append((k, int(carried[o])))
+            elif prev_at >= 0 and prev_at <= same[o] < prev_at + width:  # a value carried in
+                outs.append((k, same[o] - prev_at))
             elif o < s and nodes[o].op not in (INPUT, CONST) and not inside[o]:
                 outs.append((k, -2 - o))  # computed before the test: its local
             else:

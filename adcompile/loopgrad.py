@@ -39,7 +39,7 @@ import numpy as np
 
 from .loopir import Arg, At, Block, Lit, Loop, NFloat, Prev, Program, Read, reader
 from .ops import OPS
-from .passes import prune
+from .passes import prune, zero_flow
 from .reverse import grad_tape
 from .tape import CONST, INPUT, Guard, Node, Tape, forward_sweep
 
@@ -104,24 +104,7 @@ class Adjoint:
         for s in cands:
             if later[-1] - later[s] < min_saved:
                 break
-            zero = [nd.op == CONST and nd.value == 0.0 for nd in nodes]
-            same = list(range(len(nodes)))  # the slot each equals once s is 0
-            zero[s] = True
-            for j in range(s + 1, len(nodes)):
-                nd = nodes[j]
-                name, a = getattr(nd.op, "name", ""), nd.args
-                if j in self.primal:
-                    continue
-                if name == "mul":
-                    zero[j] = zero[a[0]] or zero[a[1]]
-                elif name in ("div", "neg"):
-                    zero[j] = zero[a[0]]
-                elif name == "add":
-                    zero[j] = zero[a[0]] and zero[a[1]]
-                    same[j] = same[a[0]] if zero[a[1]] else same[a[1]] if zero[a[0]] else j
-                elif name == "sub":
-                    zero[j] = zero[a[0]] and zero[a[1]]
-                    same[j] = same[a[0]] if zero[a[1]] else j
+            zero, same = zero_flow(nodes, s, self.primal.keys())  # (forward values stay)
             outs: list = []
             for k, o in zip(self.routes, vjp.outputs):
                 if zero[o]:

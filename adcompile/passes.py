@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Container
 
 from .ops import OPS, Op
 from .tape import CONST, INPUT, Guard, Node, Tape
@@ -162,3 +163,35 @@ def hoist_constants(tape: Tape) -> Tape:
 
 def is_leaf(node: Node) -> bool:
     return node.op == INPUT or node.op == CONST
+
+
+def zero_flow(
+    nodes: list[Node], s: int, skip: Container[int] = frozenset()
+) -> tuple[list[bool], list[int]]:
+    """What follows from slot ``s`` being 0, slot by slot after it: which slots are
+    then 0 (a constant 0.0; a product, quotient or negation of 0; a sum or
+    difference of zeros), and which slot each then equals (``c + 0`` is ``c``;
+    itself otherwise). ``skip``: slots left as they are (values known before).
+
+    nan and inf times zero aside, as in a hand-written backward pass that skips
+    work whose cotangent is zero.
+    """
+    zero = [nd.op == CONST and nd.value == 0.0 for nd in nodes]
+    same = list(range(len(nodes)))
+    zero[s] = True
+    for j in range(s + 1, len(nodes)):
+        if j in skip:
+            continue
+        nd = nodes[j]
+        name, a = getattr(nd.op, "name", ""), nd.args
+        if name == "mul":
+            zero[j] = zero[a[0]] or zero[a[1]]
+        elif name in ("div", "neg"):
+            zero[j] = zero[a[0]]
+        elif name == "add":
+            zero[j] = zero[a[0]] and zero[a[1]]
+            same[j] = same[a[0]] if zero[a[1]] else same[a[1]] if zero[a[0]] else j
+        elif name == "sub":
+            zero[j] = zero[a[0]] and zero[a[1]]
+            same[j] = same[a[0]] if zero[a[1]] else j
+    return zero, same
