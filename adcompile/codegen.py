@@ -225,4 +225,3 @@ def interpreter_source(ops: Sequence[Op] | None = None) -> str:
 def digest(text: str) -> str:
     """A short stable hash of generated source, used to name cache files."""
     return hashlib.sha256(text.encode()).hexdigest()[:20]
-

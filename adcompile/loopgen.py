@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -52,7 +52,6 @@ class Generated:
     work_size: int
     columns: np.ndarray
     statements: int
-    functions: list[str] = field(default_factory=list)  # outlined bodies: none (yet)
 
 
 class _Write:

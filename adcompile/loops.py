@@ -109,34 +109,22 @@ def loop_source(
     if program.statements > min(limit, tape.n_ops // 2):
         return None
     lap("build")
-    gp = grad(program, wrt) if wrt is not None else None
-    lap("reverse")
-    statements = gp.statements if gp is not None else program.statements
-    if statements > limit:
+    made = _differentiate_and_print(program, wrt, fname, doc, limit, timings)
+    if made is None:
         return None
-    code = generate(gp if gp is not None else program, params, fname, doc)
+    gp, code = made
     loops = [it for it in program.items if type(it) is Loop]
     in_loops = sum(lp.body.n_ops * lp.trips for lp in loops)
-    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
-    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Folded {len(loops)} repeated segment{'s' if len(loops) != 1 else ''} of the tape "
-        f"into for loops ({shapes}{more}{_nested(loops)}): {in_loops} of its {tape.n_ops} "
+        f"into for loops ({_shapes(loops)}): {in_loops} of its {tape.n_ops} "
         "operations run in "
         f"loops whose body is written once"
         + (", and differentiated as loops, each adjoint loop written once" if gp else "")
         + f": the source has {code.statements} statements instead of {tape.n_ops} "
         "(the operations of the tape, before differentiating)."
     )
-    header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
-    source = module_source([header + code.text])
-    lap("generate")
-    n_out = (
-        1 + sum(1 if params[p].size is None else params[p].size for p in gp.wrt)
-        if gp
-        else (len(program.outputs))
-    )
-    return LoopSource(program, gp, code, source, explanation, n_out, timings)
+    return _source(program, gp, code, explanation, timings)
 
 
 #: The batch lengths a loss is traced at for batch-generic code (three, so that
@@ -181,31 +169,70 @@ def batch_source(
     timings["trace and detect"] = time.perf_counter() - clock
     _fold_bodies(generic)
     try:
-        gp = grad(generic, wrt) if wrt is not None else None
-        statements = gp.statements if gp is not None else generic.statements
-        if statements > limit:
-            return None
-        code = generate(gp if gp is not None else generic, generic.params, fname, doc, ks)
+        made = _differentiate_and_print(generic, wrt, fname, doc, limit, timings, ks)
     except NotAffine:
         return None
+    if made is None:
+        return None
+    gp, code = made
     loops = [it for it in generic.items if type(it) is Loop]
-    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
-    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
     explanation = (
         f"Generic in the batch length n: traced at n = {', '.join(map(str, ks))}, folded into "
-        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({shapes}{more}{_nested(loops)}) "
+        f"{len(loops)} loop{'s' if len(loops) != 1 else ''} ({_shapes(loops)}) "
         "and checked to be one program whose loop counts and offsets are written in n"
         + (", then differentiated as loops" if gp else "")
         + f": the source has {code.statements} statements instead of {ops} (the operations "
         f"of the tape at n = {ks[-1]}, before differentiating)."
     )
+    return _source(generic, gp, code, explanation, timings), tuple(ks)
+
+
+def _differentiate_and_print(
+    program: Program,
+    wrt: Sequence[int] | None,
+    fname: str,
+    doc: str,
+    limit: int,
+    timings: dict[str, float],
+    lengths: Sequence[int] | None = None,
+) -> tuple[GradProgram | None, Generated] | None:
+    """``program`` differentiated by ``wrt`` (None: the value only) and printed;
+    None when that would print more than ``limit`` statements. The seconds each
+    took go to ``timings`` (``reverse``, ``generate``)."""
+    clock = time.perf_counter()
+    gp = grad(program, wrt) if wrt is not None else None
+    timings["reverse"] = time.perf_counter() - clock
+    if (gp.statements if gp is not None else program.statements) > limit:
+        return None
+    clock = time.perf_counter()
+    code = generate(gp if gp is not None else program, program.params, fname, doc, lengths)
+    timings["generate"] = time.perf_counter() - clock
+    return gp, code
+
+
+def _shapes(loops: list[Loop]) -> str:
+    """``3 slots x 100 repetitions; ...`` for the first few loops (and their bodies
+    folded in turn)."""
+    shapes = "; ".join(f"{_slots(lp.size)} x {lp.trips} repetitions" for lp in loops[:4])
+    more = f"; and {len(loops) - 4} more" if len(loops) > 4 else ""
+    return shapes + more + _nested(loops)
+
+
+def _source(
+    program: Program,
+    gp: GradProgram | None,
+    code: Generated,
+    explanation: str,
+    timings: dict[str, float],
+) -> LoopSource:
+    """The module (``explanation`` as its header comment) and how many outputs it writes."""
     header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
-    source = module_source([header + code.text])
-    timings["generate"] = time.perf_counter() - clock - timings["trace and detect"]
-    prm = generic.params
+    prm = program.params
     n_out = (
         1 + sum(1 if prm[p].size is None else prm[p].size for p in gp.wrt)
         if gp
-        else len(generic.outputs)
+        else len(program.outputs)
     )
-    return LoopSource(generic, gp, code, source, explanation, n_out, timings), tuple(ks)
+    return LoopSource(
+        program, gp, code, module_source([header + code.text]), explanation, n_out, timings
+    )
