@@ -837,10 +837,9 @@ def build_tape(
     index: dict[int, int] = {}
     nodes: list[Node] = []
     mk, input_node = tuple.__new__, Node(INPUT)
-    slots = order  # the Value of each slot, in slot order
+    firsts: list[Value] = []  # with hoist: the Value of each constant slot
     if hoist:
         firsts, order = _constants_first(order, input_ids, index, nodes)
-        slots = firsts + order
     for k, v in enumerate(order, len(nodes)):
         fn = v._fn
         if fn is None:
@@ -869,7 +868,7 @@ def build_tape(
         [index[id(v)] for v in outputs],
         tape_guards,
         names,
-        where=None if where is None else _where_texts(where, slots),
+        where=None if where is None else _where_texts(where, firsts + order),
     )
     tape.hoisted = hoist  # (passes.hoist_constants has nothing to do)
     return tape
