@@ -11,6 +11,8 @@ from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 
 from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
 from .step import compile_loss  # isort: skip
+from .transforms import hessian, hvp, jacobian, jvp  # isort: skip
+from .vmap import vmap  # isort: skip
 from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
 from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
@@ -75,6 +77,11 @@ __all__ = [
     "show_code",
     "trace",
     "value_and_grad",
+    "jacobian",
+    "hessian",
+    "jvp",
+    "hvp",
+    "vmap",
     "compile_loss",
     "datasets",
     "nn",

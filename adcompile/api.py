@@ -29,6 +29,7 @@ from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
 from .loops import batch_source, loop_source
+from .outputs import OutLayout, assemble, flatten_output
 from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
 from .value import (
@@ -261,6 +262,7 @@ def trace_call(
     names: Sequence[str] | None = None,
     sites: bool = False,
     hoist: bool = False,
+    multi: bool = False,
 ) -> Tape:
     """Call ``f`` once on tracing Values standing for ``args``; its tape.
 
@@ -269,6 +271,9 @@ def trace_call(
     parameters of ``f``). With ``sites`` the tape's ``where`` names the user's
     line of each slot (tracing takes longer); without, ``where`` is None. With
     ``hoist``, constants come first, one slot per value (what folding wants).
+    With ``multi``, ``f`` may return an array or a tuple or list of numbers and
+    arrays: the tape has one output per element, and ``tape.tree`` (see
+    ``adcompile.outputs``) records the structure (None for one scalar).
     """
     fname = _fname(f)
     _flatten(fname, args)  # the same argument checks as a compiled call
@@ -276,16 +281,25 @@ def trace_call(
     traced, inputs, input_names = _traced_inputs(args, names)
     with tracing(sites) as state:
         out = f(*traced)
-    y = _scalar_output(fname, out)
+    if multi:
+        ys, tree = flatten_output(fname, out, _output_leaf)
+    else:
+        ys, tree = [_scalar_output(fname, out)], None
     leaf_names = [v.label or f"params_{k}" for k, v in enumerate(leaves)]
-    return build_tape(
-        [y],
+    tape = build_tape(
+        ys,
         [*leaves, *inputs],
         state.guards,
         [*leaf_names, *input_names],
         where=state.where if sites else None,
         hoist=hoist,
     )
+    tape.tree = tree
+    return tape
+
+
+def _output_leaf(x: Any) -> Value:
+    return x if isinstance(x, Value) else _const(float(x))
 
 
 def trace(f: Callable, *args: Any) -> Tape:
@@ -319,13 +333,24 @@ class Specialisation:
     """
 
     def __init__(
-        self, tape: Tape | None, compiled: Any, layout: list, mode: str, many: bool
+        self,
+        tape: Tape | None,
+        compiled: Any,
+        layout: list,
+        mode: str,
+        many: bool,
+        out: OutLayout | None = None,
     ) -> None:
         self.tape = tape
         self.compiled = compiled
         self.call = compiled.call
         self.layout = layout  # per differentiated argument: (start, shape or None)
-        self.unpack = _unpacker(layout, mode, many)
+        # the result's place in the output array (what vmap stacks), and whether
+        # the generated fast entry (_entry) knows how to unpack it (grad,
+        # value_and_grad and jit of a scalar; ``out`` is given for the others)
+        self.fast = out is None
+        self.out = _out_layout(layout, mode, many) if out is None else out
+        self.unpack = _unpacker(layout, mode, many) if out is None else out.unpack
         self.entry: Callable | None = None  # the fast path of calls like the last one
         self.numba: Callable | None = None  # its Numba entry (Transformed.numba)
 
@@ -387,6 +412,18 @@ def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
         ns.update(local=folded.local, columns=folded.columns)
     exec(compile("\n".join(lines), f"<adcompile entry of {spec.compiled.kind} code>", "exec"), ns)
     return ns["entry"]
+
+
+def _out_layout(layout: list, mode: str, many: bool) -> OutLayout:
+    """The grad / value_and_grad / jit result's place in the output array."""
+    if mode == "jit":
+        return OutLayout([(0, None)], 0)
+    parts = [(start, shape) for start, shape in layout]
+    grads = ("tuple", list(range(len(parts)))) if many else 0
+    if mode == "grad":
+        return OutLayout(parts, grads)
+    shift = ("tuple", list(range(1, len(parts) + 1))) if many else 1
+    return OutLayout([(0, None), *parts], ("tuple", [0, shift]))
 
 
 def _unpacker(layout: list, mode: str, many: bool) -> Callable[[np.ndarray], Any]:
@@ -518,10 +555,12 @@ class Transformed:
                     spec = self._specialise(key, args)
                     spec.call(*flat)
                 self._raise_nonfinite(spec, flat, args)
-        elif not self._caps.hidden and not self._caps.watched:
+        elif not self._caps.hidden and not self._caps.watched and spec.fast:
             if spec.entry is None:
                 spec.entry = _entry(spec, key, self.mode, self._many)
             self._fast = spec.entry
+        else:
+            self._fast = None
         return spec.unpack(out)
 
     # ---- keyword arguments
@@ -563,9 +602,13 @@ class Transformed:
                 return f(*args[:-n], **dict(zip(dynamic, args[-n:])), **static)
             return f(*args, **static)
 
-        variant = Transformed(with_keywords, self.argnums, self.mode, self.debug_nans, self.leaves)
+        variant = self._like(with_keywords)
         variant._name, variant._namefun, variant._kwnames = self._name, f, tuple(dynamic)
         return variant
+
+    def _like(self, fun: Callable) -> Transformed:
+        """The same transform of another function."""
+        return Transformed(fun, self.argnums, self.mode, self.debug_nans, self.leaves)
 
     # ---- what fun reads from outside its arguments (adcompile.captures)
 
@@ -629,10 +672,13 @@ class Transformed:
         names = self._names(len(args))
         fun = self._fun_for_trace()
         # constants first: the compiled path folds loops (the tape is not shown)
+        multi = self.mode == "jit"  # jit returns what fun returns; gradients need a scalar
         if self.leaves is not None:  # argument 0 holds the leaves' values
             leaves = list(self.leaves())
-            return trace_call(fun, args[1:], leaves, names[1:], sites=sites, hoist=True)
-        return trace_call(fun, args, names=names, sites=sites, hoist=True)
+            return trace_call(
+                fun, args[1:], leaves, names[1:], sites=sites, hoist=True, multi=multi
+            )
+        return trace_call(fun, args, names=names, sites=sites, hoist=True, multi=multi)
 
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
@@ -848,17 +894,14 @@ class Transformed:
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
         with gc_paused():  # tracing builds a large acyclic graph
             tape = self._trace(args)
-        self.traces += 1
-        if self.traces > MAX_SPECIALISATIONS and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"{self._name}() has been traced {self.traces} times (new argument "
-                "shapes or new branches of its if/while on traced values); each trace "
-                "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
-                "instead of if",
-                RetraceWarning,
-                stacklevel=_user_stacklevel(),
-            )
+        self._count_trace()
+        if tape.tree is not None:  # jit of a function returning several numbers
+            params = self._params(self._names(len(args)), key)
+            from .jit import Compiled
+
+            compiled = Compiled(tape, params, *self._fname_doc())
+            spec = Specialisation(tape, compiled, [], "jit", False, OutLayout.of_tree(tape.tree))
+            return self._keep(key, spec)
         layout, positions = self._layout(key)
         params = self._params(self._names(len(args)), key)
         fname, doc = self._fname_doc()
@@ -884,11 +927,29 @@ class Transformed:
                 )
             compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
+        return self._keep(key, spec)
+
+    def _keep(self, key: tuple, spec: Specialisation) -> Specialisation:
+        """Keep ``spec`` first among the specialisations of ``key``."""
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
         del specs[MAX_SPECIALISATIONS:]
         self._last = spec
         return spec
+
+    def _count_trace(self) -> None:
+        """Count a trace; warn once when there have been many."""
+        self.traces += 1
+        if self.traces > MAX_SPECIALISATIONS and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self._name}() has been traced {self.traces} times (new argument "
+                "shapes or new branches of its if/while on traced values); each trace "
+                "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
+                "instead of if",
+                RetraceWarning,
+                stacklevel=_user_stacklevel(),
+            )
 
     def _compile_loops(
         self,
@@ -932,7 +993,12 @@ class Transformed:
         ]
         _, key = _flatten(self._name, point)
         wrt = self._wrt(len(args))
-        tape = trace_call(self._fun_for_trace(), point, names=self._names(len(point)))
+        tape = trace_call(
+            self._fun_for_trace(),
+            point,
+            names=self._names(len(point)),
+            multi=self.mode == "jit",
+        )
         sizes = [1 if s is None else int(np.prod(s)) for s in key]
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         positions = [p for k in wrt for p in range(offsets[k], offsets[k + 1])]
@@ -947,7 +1013,7 @@ class Transformed:
             COMPARE[g.cmp](vals[g.a], vals[g.b])
         outs = [vals[o] for o in gtape.outputs]
         if self.mode == "jit":
-            return outs[0]
+            return outs[0] if tape.tree is None else values_like(tape.tree, outs)
         grads, k = [], 1
         for idx in wrt:
             shape = key[idx]
@@ -1018,6 +1084,11 @@ class Transformed:
                 "to use .numba()"
             )
         spec, key = self._spec_for(example_args)
+        return self._numba_of(spec, key)
+
+    def _numba_of(self, spec: Specialisation, key: tuple) -> Callable:
+        """The Numba function of ``spec`` (see ``numba``), made once. Its arguments
+        are those of ``key``: the hidden inputs' values, if any, last."""
         if spec.numba is None:
             from .jit import numba_entry  # the one place Numba is imported
 
@@ -1062,6 +1133,20 @@ def _check_argnums(argnums: Any, mode: str) -> None:
             f"argnums must be an int or a tuple of ints (positions of the arguments to "
             f"differentiate), got {argnums!r}"
         )
+
+
+def values_like(layout: OutLayout | Any, values: Sequence[Any]) -> Any:
+    """Values laid out as ``layout`` (an OutLayout, or an output tree laid out from
+    0; see ``adcompile.outputs``): arrays as ValueArrays."""
+    flat = np.empty(len(values), dtype=object)
+    flat[:] = list(values)
+    if not isinstance(layout, OutLayout):
+        layout = OutLayout.of_tree(layout)
+    parts = [
+        flat[s] if sh is None else _as_tensor(flat[s : s + int(np.prod(sh))].reshape(sh))
+        for s, sh in layout.parts
+    ]
+    return assemble(layout.tree, parts)
 
 
 def _unique_params(f: Callable, n: int) -> list[str]:

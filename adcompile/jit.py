@@ -489,3 +489,139 @@ class LoopCompiled:
 
     __call__ = FoldedFunction.__call__
     call = FoldedFunction.call
+
+
+#: How an argument of a vmapped function is passed to its kernel: a float per
+#: point (a 1-D array), a flat array per point (the rows of a 2-D array), or
+#: the same value for every point.
+VMAP_KINDS = ("scalar", "rows", "same")
+_vmap_kernels: dict[tuple, Callable] = {}
+
+
+def vmap_source(kinds: Sequence[str], device: str = "cpu") -> str:
+    """The source of the kernel that runs ``entry`` once per point: ``vmapped(n,
+    a0, a1 ..., out, ok)`` with ``out[p]`` point ``p``'s outputs and ``ok[p]``
+    whether its guards held. On the CPU a ``prange`` loop (every core; each call
+    of ``entry`` makes its own work arrays), on a GPU one thread per point."""
+    names = [f"a{k}" for k in range(len(kinds))]
+    point = [f"{a}[p]" if kind != "same" else a for a, kind in zip(names, kinds)]
+    params = ", ".join(["n", *names, "out", "ok"])
+    call = ", ".join([*point, "out[p]"])
+    if device == "cuda":
+        body = ["p = cuda.grid(1)", "if p < n:", f"    ok[p] = entry({call})"]
+    else:
+        body = ["for p in prange(n):", f"    ok[p] = entry({call})"]
+    return f"def vmapped({params}):\n" + "".join(f"    {line}\n" for line in body)
+
+
+def vmap_kernel(entry: Callable, kinds: Sequence[str]) -> Callable:
+    """``entry(*point_args, out) -> ok`` (a ``numba_entry``) run over ``n`` points in
+    parallel on the CPU cores: see :func:`vmap_source`."""
+    key = (entry, tuple(kinds))
+    found = _vmap_kernels.get(key)
+    if found is None:
+        ns: dict[str, Any] = {"entry": entry, "prange": numba.prange}
+        exec(compile(vmap_source(kinds), "<adcompile vmap kernel>", "exec"), ns)
+        found = numba.njit(parallel=True, error_model="numpy", nogil=True)(ns["vmapped"])
+        _vmap_kernels[key] = found
+    return found
+
+
+def cuda_vmap_kernel(
+    point_fn: Callable, kinds: Sequence[str], args: Sequence[Any], n: int, n_out: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Run straight-line code's Python function ``point_fn(*point_args, out) -> ok``
+    on a CUDA device, one thread per point: ``(outputs (n, n_out), ok (n,))``."""
+    try:
+        from numba import cuda
+    except ImportError as e:  # pragma: no cover - numba without its CUDA part
+        raise RuntimeError(_NO_CUDA) from e
+    if not cuda.is_available():
+        raise RuntimeError(_NO_CUDA)
+    key = ("cuda", point_fn, tuple(kinds))
+    kernel = _vmap_kernels.get(key)
+    if kernel is None:
+        ns: dict[str, Any] = {"entry": cuda.jit(device=True)(point_fn), "cuda": cuda}
+        exec(compile(vmap_source(kinds, "cuda"), "<adcompile cuda vmap kernel>", "exec"), ns)
+        kernel = _vmap_kernels[key] = cuda.jit(ns["vmapped"])
+    on_device = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
+    out = cuda.device_array((n, n_out), dtype=np.float64)
+    ok = cuda.device_array(n, dtype=np.bool_)
+    threads = 128
+    kernel[(n + threads - 1) // threads, threads](n, *on_device, out, ok)
+    return out.copy_to_host(), ok.copy_to_host()
+
+
+_NO_CUDA = (
+    "vmap(device='cuda') found no CUDA GPU: install the extra (pip install "
+    "'adcompile[cuda]', which brings numba-cuda) on a machine with an NVIDIA GPU and "
+    "its driver, or set NUMBA_ENABLE_CUDASIM=1 to run Numba's CUDA simulator on the CPU "
+    "(slow, for tests); or use device='cpu'"
+)
+
+
+class BasisCompiled:
+    """A Jacobian or Hessian made one basis vector at a time: a Numba loop calls
+    ``one`` (compiled code whose last argument is the basis vector ``e``) with
+    each unit vector and puts entry ``i`` of result ``j`` at ``out[dest[j, i]]``.
+
+    Shaped like straight-line code (``fn(*args, out) -> ok``) for the fast
+    entry, ``numba_entry`` and ``vmap``; ``source`` shows the loop, then the
+    code it calls.
+    """
+
+    kind = "straight-line"
+
+    def __init__(
+        self,
+        one: Compiled,
+        params: Sequence[Param],
+        m: int,
+        dest: np.ndarray,
+        n_out: int,
+        fname: str,
+    ) -> None:
+        self.one, self.params, self.n_out = one, list(params), n_out
+        self.tape = one.tape
+        k = dest.shape[1]
+        names = [p.name for p in params]
+        args = "".join(f"{a}, " for a in names)
+        loop = (
+            f"def {fname}({args}out):\n"
+            f"    _e = _np.zeros({m})\n"
+            f"    _res = _np.empty({k})\n"
+            "    _ok = True\n"
+            f"    for _j in range({m}):  # one basis vector e_j at a time\n"
+            "        _e[_j] = 1.0\n"
+            f"        if not _one({args}_e, _res):\n"
+            "            _ok = False\n"
+            "        _e[_j] = 0.0\n"
+            f"        for _i in range({k}):\n"
+            "            out[_dest[_j, _i]] = _res[_i]\n"
+            "    return _ok\n"
+        )
+        ns: dict[str, Any] = {
+            "_np": np,
+            "_one": numba_entry(one, [*params, Param("e", m)]),
+            "_dest": np.ascontiguousarray(dest, dtype=np.int64),
+        }
+        exec(compile(loop, f"<adcompile {fname}>", "exec"), ns)
+        f64, arr = numba.types.float64, numba.types.float64[::1]
+        sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
+        self.fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
+        self.fn.compile(sig)
+        self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
+        self.source = (
+            _comment(self.explanation)
+            + "# _dest[j, i]: where entry i of the result for e_j goes\n"
+            + loop
+            + "\n\n# _one(..., e, result): the code for one basis vector\n"
+            + one.source
+        )
+
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = _empty(self.n_out)
+        return self.fn(*args, out), out

@@ -42,9 +42,23 @@ class Op:
     symbol: str | None = None  # infix symbol for printing (+, *, ...)
     smooth: bool = True  # False for ops with kinks (finite differences avoid them)
     opcode: int = field(default=-1, compare=False)
+    # per argument: (t, out, *args) -> tangent contribution; empty: from ``vjp``
+    jvp: tuple[Callable | None, ...] = field(default=(), compare=False)
 
     def __call__(self, *args: Any) -> Any:
         return apply(self, *args)
+
+    def tangent_rule(self, k: int) -> Callable | None:
+        """The forward (tangent) rule of argument ``k``: ``(t, out, *args) -> dt``.
+
+        A primitive is a scalar function, so its vector-Jacobian rule is
+        ``g * d out / d arg_k``, linear in ``g``: called with the tangent ``t``
+        in place of ``g`` it is exactly the forward rule. An op may still give
+        its own ``jvp`` (a cheaper form); ``check_grad`` checks both.
+        """
+        if self.jvp:
+            return self.jvp[k]
+        return self.vjp[k]
 
     def __repr__(self) -> str:
         return f"Op({self.name!r})"

@@ -80,6 +80,8 @@ class Tape:
         self.blocks = list(blocks) if blocks is not None else None
         self.primal = primal
         self.hoisted = False  # constants at the front, one slot per value
+        # what the function returned (adcompile.outputs): None for one scalar
+        self.tree: Any = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -199,3 +201,29 @@ def reverse_sweep(
             prev = adj[a]
             adj[a] = c if prev is None else prev + c
     return adj
+
+
+def tangent_sweep(tape: Tape, vals: Sequence[Any], tan: list[Any]) -> list[Any]:
+    """Push tangents forward through the tape; ``tan`` holds the seeds, ``None`` is zero.
+
+    Forward mode's counterpart of :func:`reverse_sweep`, and as generic: with
+    tracing Values in ``vals`` and ``tan`` the tangent of a tape is a tape.
+    """
+    nodes = tape.nodes
+    for i, node in enumerate(nodes):
+        op = node.op
+        if not isinstance(op, Op):
+            continue
+        args = node.args
+        acc = None
+        for k, a in enumerate(args):
+            t = tan[a]
+            if t is None:
+                continue
+            rule = op.tangent_rule(k)
+            if rule is None:
+                continue
+            c = rule(t, vals[i], *[vals[b] for b in args])
+            acc = c if acc is None else acc + c
+        tan[i] = acc
+    return tan
