@@ -418,7 +418,8 @@ def test_ad_maximum_on_object_arrays_splits_ties():
 @pytest.mark.xfail(
     strict=True,
     reason="np.maximum's object loop returns an operand chosen by >=; it never calls "
-    "Value.maximum, so a tie is not split as ad.maximum splits it",
+    "Value.maximum, so a tie is not split as ad.maximum splits it (on a ValueArray, "
+    "as ad.tensor and traced arguments are, np.maximum is the op: test_ufuncs.py)",
 )
 def test_numpy_maximum_on_object_arrays_splits_ties():
     a = np.array([Value(1.0)], dtype=object)
