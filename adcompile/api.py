@@ -34,8 +34,8 @@ from .reverse import grad_tape
 from .tape import COMPARE, Tape, forward_sweep
 from .value import (
     Value,
-    _const,
     build_tape,
+    constant,
     debug_nans_enabled,
     gc_paused,
     no_grad,
@@ -120,7 +120,7 @@ class RetraceWarning(UserWarning):
 # ------------------------------------------------------------------ arguments
 
 
-def _param_names(f: Callable, n: int) -> list[str]:
+def param_names(f: Callable, n: int) -> list[str]:
     try:
         params = list(inspect.signature(f).parameters.values())
     except (TypeError, ValueError):
@@ -248,7 +248,7 @@ def _scalar_output(fname: str, out: Any) -> Value:
     if isinstance(out, Value):
         return out
     if isinstance(out, numbers.Real) and not isinstance(out, bool):
-        return _const(float(out))
+        return constant(float(out))
     raise TypeError(
         f"{fname}() must return a scalar (a Value or a number), but it returned "
         f"{type(out).__name__!r}"
@@ -277,7 +277,7 @@ def trace_call(
     """
     fname = _fname(f)
     _flatten(fname, args)  # the same argument checks as a compiled call
-    names = _param_names(f, len(args)) if names is None else list(names)
+    names = param_names(f, len(args)) if names is None else list(names)
     traced, inputs, input_names = _traced_inputs(args, names)
     with tracing(sites) as state:
         out = f(*traced)
@@ -1008,7 +1008,7 @@ class Transformed:
             flat_in.extend(
                 np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a]
             )
-        vals = forward_sweep(gtape, flat_in, const=_const)
+        vals = forward_sweep(gtape, flat_in, const=constant)
         for g in gtape.guards:  # comparing Values records the guards in an outer trace
             COMPARE[g.cmp](vals[g.a], vals[g.b])
         outs = [vals[o] for o in gtape.outputs]
@@ -1150,7 +1150,7 @@ def values_like(layout: OutLayout | Any, values: Sequence[Any]) -> Any:
 
 
 def _unique_params(f: Callable, n: int) -> list[str]:
-    names = _param_names(f, n)
+    names = param_names(f, n)
     return [nm if nm not in _RESERVED else f"{nm}_" for nm in names]
 
 

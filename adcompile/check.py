@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from . import interpret
-from .api import Transformed, _param_names, trace, value_and_grad
+from .api import Transformed, param_names, trace, value_and_grad
 from .ops import Op
 from .reverse import grad_tape
 from .tape import Tape
@@ -255,7 +255,7 @@ def _cell(v: float | None) -> str:
 
 def _arg_layout(f: Callable, args: Sequence[Any]) -> tuple[list[str], list[tuple], list[int]]:
     """Per argument: its name and shape (``()`` for a number); and offsets in the flat point."""
-    names = _param_names(f, len(args))
+    names = param_names(f, len(args))
     shapes = [np.shape(a) for a in args]
     offsets = [0]
     for s in shapes:

@@ -35,13 +35,13 @@ import numpy as np
 from .codegen import Param, module_source, py_ident, strip_parens
 from .passes import hoist_constants, zero_flow
 from .segments import (  # noqa: F401  (find_segments is this module's API too)
-    _INPUTC,
+    INPUT_CLASS,
     MIN_REPS,
     MIN_SAVED,
     Segment,
-    _find,
-    _reps,
-    _Tables,
+    Tables,
+    count_repeats,
+    find_in_tables,
     find_segments,
 )
 from .tape import CONST, INPUT, Guard, Node, Tape
@@ -119,7 +119,7 @@ class _Gen:
         tape: Tape,
         segments: Sequence[Segment],
         params: Sequence[Param],
-        tables: _Tables | None = None,
+        tables: Tables | None = None,
         outline: tuple[int, int, int] = (OUTLINE_MIN_OPS, MIN_REPS, MIN_SAVED),
         depth: int = 0,
     ) -> None:
@@ -132,7 +132,7 @@ class _Gen:
         # (slot, [(output, prev index or -1 for 0.0)], prev's name): when the slot is 0,
         # the function has nothing to add (an adjoint body whose cotangent is 0)
         self.zero_exit: tuple[int, list[tuple[int, int]], str] | None = None
-        t = self.t = tables if tables is not None else _Tables(tape, params)
+        t = self.t = tables if tables is not None else Tables(tape, params)
         self.seg_of = np.full(t.n + 1, -1, np.int64)
         for s in self.segs:
             if s.start < 0 or s.stop > t.n or s.reps < 1 or s.size < 1:
@@ -145,7 +145,7 @@ class _Gen:
             self.seg_of[s.start : s.stop] = sid
             if (t.codes[s.start : s.stop] < 0).any():
                 raise ValueError(f"segment {s} holds an input")
-            if s.reps > 1 and _reps(t, s.start, s.size, s.reps) < s.reps:
+            if s.reps > 1 and count_repeats(t, s.start, s.size, s.reps) < s.reps:
                 raise ValueError(f"segment {s} does not repeat exactly")
         self.stored: list[set[int]] = [set() for _ in self.segs]
         # segments read at a changing position by a later loop keep every position's
@@ -199,7 +199,7 @@ class _Gen:
             return ("const",)
         if a0 >= s0:
             return ("own", a0 - s0)  # a value of the same repetition
-        if t.cls[a0] == _INPUTC:
+        if t.cls[a0] == INPUT_CLASS:
             return ("param", int(t.inparam[a0]), int(t.inidx[a0]), int(t.inidx[a1] - t.inidx[a0]))
         if a1 == a0:
             return ("single", a0)
@@ -258,7 +258,7 @@ class _Gen:
         t = self.t
         if t.is_const[s]:
             return ("lit", float(t.cvalue[s]))
-        if t.cls[s] == _INPUTC:
+        if t.cls[s] == INPUT_CLASS:
             return ("param", int(t.inparam[s]), int(t.inidx[s]), 0)
         sid = int(self.seg_of[s])
         if sid < 0:
@@ -697,8 +697,8 @@ class _Gen:
             blocks=blocks if src_blocks is not None else None,
             primal=self.tape.primal,
         )
-        bt = _Tables(body, bparams)
-        segs = _find(bt, self.outline[1], self.outline[2])
+        bt = Tables(body, bparams)
+        segs = find_in_tables(bt, self.outline[1], self.outline[2])
         ops = bt.n_ops(0, bt.n)
         if not segs or _statements(bt, segs) > ops // (2 if self.outline[0] >= MIN_SAVED else 1):
             return None
@@ -831,7 +831,7 @@ class _Gen:
             lines.append(f'    """{doc}"""')
         self.statements = 0
         # comparisons of inputs (if x[i] > 0 in a loop) are checked first, runs as loops
-        on_inputs = [j for j in sorted(guard_descs) if t.cls[j] == _INPUTC]
+        on_inputs = [j for j in sorted(guard_descs) if t.cls[j] == INPUT_CLASS]
         lines.extend(
             self._guard_runs(
                 [(g, ab) for j in on_inputs for g, ab in zip(t.guards_at[j], guard_descs[j])]
@@ -1070,7 +1070,7 @@ def describe(tape: Tape, segments: Sequence[Segment]) -> str:
 
     Inside a fold, ``v[18 + 3*r]`` is slot 18 + 3 r, for repetition r.
     """
-    t = _Tables(tape, None)
+    t = Tables(tape, None)
     starts = {s.start: s for s in segments}
     lines: list[str] = []
     j = 0
@@ -1120,11 +1120,11 @@ def _guard_text(tape: Tape, g: Guard) -> str:
 
 def explain(tape: Tape, segments: Sequence[Segment], statements: int | None = None) -> str:
     """One paragraph for ``ad.show_code``: what was folded, how many times."""
-    return _explain(_Tables(tape, None), segments, statements)
+    return _explain(Tables(tape, None), segments, statements)
 
 
 def _explain(
-    t: _Tables,
+    t: Tables,
     segments: Sequence[Segment],
     statements: int | None,
     outlined: Sequence[Segment] = (),
@@ -1158,10 +1158,10 @@ def _explain(
 
 def folded_statements(tape: Tape, segments: Sequence[Segment]) -> int:
     """How many primitive statements the folded source prints (what Numba compiles)."""
-    return _statements(_Tables(tape, None), segments)
+    return _statements(Tables(tape, None), segments)
 
 
-def _statements(t: _Tables, segments: Sequence[Segment]) -> int:
+def _statements(t: Tables, segments: Sequence[Segment]) -> int:
     inside = sum(t.n_ops(s.start, s.stop) - t.n_ops(s.start, s.start + s.size) for s in segments)
     return t.n_ops(0, t.n) - inside
 
@@ -1176,7 +1176,7 @@ class Plan:
     segments: list[Segment]
     statements: int  # primitive statements the folded source prints
     ops: int  # primitive operations in the tape (what straight-line code prints)
-    tables: _Tables = field(repr=False)
+    tables: Tables = field(repr=False)
     tape: Tape = field(repr=False)  # the tape folded: constants moved to its front
     code: FoldedCode | None = field(default=None, repr=False)  # when generated already
     fname: str = ""
@@ -1203,8 +1203,8 @@ def plan(
     generated here to count them; ``Plan.code`` keeps it.
     """
     tape = hoist_constants(tape)
-    t = _Tables(tape, params)
-    segments = _find(t, MIN_REPS, min_saved)
+    t = Tables(tape, params)
+    segments = find_in_tables(t, MIN_REPS, min_saved)
     p = Plan(segments, _statements(t, segments), t.n_ops(0, t.n), t, tape, None, fname, doc)
     if limit is not None and segments and not p.worth_it(limit):
         if any(t.n_ops(s.start, s.start + s.size) >= OUTLINE_MIN_OPS for s in segments):
@@ -1260,7 +1260,7 @@ def fold_source(
         p = plan(tape, params)
         tape, t, found = p.tape, p.tables, list(p.segments)
     else:
-        t, found = _Tables(tape, params), list(segments)
+        t, found = Tables(tape, params), list(segments)
     lap("find")
     if code is None:
         code = _Gen(tape, found, params, t).source(fname, doc)

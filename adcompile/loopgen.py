@@ -41,7 +41,7 @@ from .loopir import (
 from .looplayout import Layout, index, index2
 from .tape import CONST, INPUT
 
-_CLASH = re.compile(r"v|c|i|n|out|math|(v|b|ct|a|p|d|t|g|r|s)\d.*")
+_CLASH = re.compile(r"v|c|i|j|n|out|math|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
 
 
 @dataclass

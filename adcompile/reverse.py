@@ -15,7 +15,7 @@ from typing import Any
 
 from .passes import simplify
 from .tape import CONST, Node, Tape, active_slots, forward_sweep, reverse_sweep
-from .value import Value, _const, _serial, _serial_of, gc_paused, recording
+from .value import Value, constant, gc_paused, recording, serial_of, serials
 
 
 class _Adjoints(list):
@@ -48,7 +48,7 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
     # caller's no_grad, debug_nans or outer trace.
     with recording():
         inputs = [Value(0.5) for _ in tape.inputs]
-        vals = forward_sweep(tape, inputs, const=_const)
+        vals = forward_sweep(tape, inputs, const=constant)
         adj = _Adjoints(len(vals))
         adj[out] = 1.0
         reverse_sweep(
@@ -56,12 +56,12 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
             vals,
             adj,
             active_slots(tape, [tape.inputs[k] for k in wrt]),
-            on_node=lambda i: marks.append((next(_serial), i)),
+            on_node=lambda i: marks.append((next(serials), i)),
         )
         grads = []
         for k in wrt:
             g = adj[tape.inputs[k]]
-            grads.append(g if isinstance(g, Value) else _const(0.0 if g is None else g))
+            grads.append(g if isinstance(g, Value) else constant(0.0 if g is None else g))
 
     # The new tape starts with the primal tape as it is (slot k of both is the
     # same value); the Values the sweep recorded follow in creation order.
@@ -117,5 +117,5 @@ def _recorded(roots: Sequence[Value], primal: dict[int, int]) -> list[Value]:
         seen.add(id(v))
         found.append(v)
         stack.extend(p for p in v._prev if id(p) not in primal)
-    found.sort(key=_serial_of)
+    found.sort(key=serial_of)
     return found

@@ -36,7 +36,7 @@ MIN_SAVED = 12
 #: neurons of a layer) to the loop over examples around it.
 WINDOWS = (4, 32, 256, 2048)
 
-_LINE, _CONSTC, _INPUTC = -1, -2, -3  # slot classes besides segment ids
+_LINE, _CONSTC, INPUT_CLASS = -1, -2, -3  # slot classes besides segment ids
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Segment:
 # ------------------------------------------------------------------ detection
 
 
-class _Tables:
+class Tables:
     """The tape as arrays: op codes, operand slots (guards' operands included)."""
 
     def __init__(self, tape: Tape, params: Sequence[Param] | None) -> None:
@@ -112,7 +112,7 @@ class _Tables:
         self.op_prefix = np.concatenate([[0], np.cumsum(codes > 0)])  # ops before a slot
         base = np.full(n + 1, _LINE, np.int64)
         base[self.is_const] = _CONSTC
-        base[inputs] = _INPUTC
+        base[inputs] = INPUT_CLASS
         self.base_cls = base
         self.cls = base.copy()
         self.seg_size: list[int] = []
@@ -146,7 +146,7 @@ class _Tables:
         block[block == _LINE] = sid
 
 
-def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
+def count_repeats(t: Tables, i: int, k: int, rm: int) -> int:
     """How many of the ``rm`` blocks of ``k`` slots from ``i`` repeat block 0 (>= 1)."""
     sl = slice(i, i + k * rm)
     codes = t.codes[sl].reshape(rm, k)
@@ -161,7 +161,7 @@ def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
     same = ~pad & ~cst & (t0 >= i) & (d1 == k)  # a value of the same repetition
     other = ~pad & ~cst & ~carry & ~same
     c0 = t.cls[t0]
-    inp = other & (c0 == _INPUTC)
+    inp = other & (c0 == INPUT_CLASS)
     seg = other & (c0 >= 0)
     line = other & (c0 == _LINE)
     # conditions that rows 0 and 1 settle for all rows
@@ -181,7 +181,7 @@ def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
         ok |= (
             inp
             & (t.inparam[tr] == t.inparam[t0])
-            & (t.cls[tr] == _INPUTC)
+            & (t.cls[tr] == INPUT_CLASS)
             & (t.inidx[tr] - t.inidx[tp] == di)
         )
     good = rows & ok.reshape(rm - 1, -1).all(axis=1)
@@ -189,16 +189,16 @@ def _reps(t: _Tables, i: int, k: int, rm: int) -> int:
     return int(bad[0]) + 1 if len(bad) else rm
 
 
-def _extent(t: _Tables, i: int, k: int, min_reps: int) -> int:
+def _extent(t: Tables, i: int, k: int, min_reps: int) -> int:
     """How many times the block of ``k`` slots at ``i`` repeats (exponential search)."""
     cap = (t.n - i) // k
     if cap < min_reps:
         return 0
-    if _reps(t, i, k, 2) < 2:  # the cheap test first: most proposals fail here
+    if count_repeats(t, i, k, 2) < 2:  # the cheap test first: most proposals fail here
         return 1
     rm = min(cap, 2 * min_reps)
     while True:
-        r = _reps(t, i, k, rm)
+        r = count_repeats(t, i, k, rm)
         if r < rm or rm == cap:
             return r
         rm = min(cap, 4 * rm)
@@ -258,10 +258,10 @@ def find_segments(
     ``params`` says which argument each input reads (as for code generation);
     without it the inputs are taken as one flat array.
     """
-    return _find(_Tables(tape, params), min_reps, min_saved)
+    return find_in_tables(Tables(tape, params), min_reps, min_saved)
 
 
-def _find(t: _Tables, min_reps: int, min_saved: int) -> list[Segment]:
+def find_in_tables(t: Tables, min_reps: int, min_saved: int) -> list[Segment]:
     """Greedy, left to right: at each proposed position the period that saves most."""
     t.mark([])
     min_reps = max(min_reps, 2)

@@ -15,9 +15,55 @@ import numpy as np
 from . import ops
 from .value import Value
 
+# NumPy ufuncs whose name differs from their op's (exact matches only).
+_UFUNC_OPS = {"absolute": "abs"}
+# Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
+# own operators (the same ops) without a detour through Python.
+_NUMPYS = frozenset(
+    {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.power, np.negative}
+    | {np.matmul}
+)
+_ELEMENTWISE: dict[ops.Op, np.ufunc] = {}  # op -> an object ufunc applying it
+_ND = np.ndarray
+
 
 class ValueArray(np.ndarray):
     """An object array of Values with a Value's element-wise methods."""
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method == "__call__" and not kwargs:
+            # A ufunc named after an op (np.maximum, np.exp ...) applies that op
+            # to each element: np.maximum(z, 0) records ``maximum``, a primitive
+            # with its own derivative, instead of comparing with ``>=`` and
+            # giving back either the Value or the 0, so every element has the
+            # same structure.
+            if ufunc not in _NUMPYS:
+                op = ops.OPS.get(_UFUNC_OPS.get(ufunc.__name__, ufunc.__name__))
+                if op is not None and op.arity == ufunc.nin and ufunc.nout == 1:
+                    f = _ELEMENTWISE.get(op)
+                    if f is None:
+                        f = _ELEMENTWISE[op] = _elementwise(op)
+                    return _view(f(*inputs))
+            if len(inputs) == 2:  # the common case, kept short: + * @ cost little more
+                a, b = inputs
+                r = ufunc(
+                    a.view(_ND) if isinstance(a, ValueArray) else a,
+                    b.view(_ND) if isinstance(b, ValueArray) else b,
+                )
+            else:
+                r = ufunc(*[x.view(_ND) if isinstance(x, ValueArray) else x for x in inputs])
+        else:
+            # Everything else is NumPy's on plain object arrays, as without this hook.
+            args = [x.view(_ND) if isinstance(x, ValueArray) else x for x in inputs]
+            if "out" in kwargs:
+                out = kwargs["out"]
+                kwargs["out"] = tuple(x.view(_ND) if isinstance(x, ValueArray) else x for x in out)
+                getattr(ufunc, method)(*args, **kwargs)
+                return out[0] if len(out) == 1 else out
+            r = getattr(ufunc, method)(*args, **kwargs)
+        if type(r) is _ND:
+            return r.view(ValueArray) if r.ndim else r[()]
+        return tuple(map(_view, r)) if type(r) is tuple else r
 
     def __getattr__(self, name: str) -> Any:
         # Looked up in the op table on use, so user-defined ops are methods too.
@@ -66,6 +112,19 @@ class ValueArray(np.ndarray):
         if not isinstance(v, Value):
             raise TypeError(f"backward() needs a Value, this array holds {type(v).__name__!r}")
         v.backward(gradient)
+
+
+def _elementwise(op: ops.Op) -> np.ufunc:
+    """An object ufunc applying ``op`` element by element (floats evaluate, Values record)."""
+    apply = ops.apply
+    return np.frompyfunc(lambda *xs: apply(op, *xs), op.arity, 1)
+
+
+def _view(x: Any) -> Any:
+    """A ufunc's result as NumPy's wrapping of a ValueArray gives it."""
+    if isinstance(x, np.ndarray):
+        return x[()] if x.ndim == 0 else x.view(ValueArray)
+    return x
 
 
 def _wrap(x: Any) -> Any:

@@ -35,7 +35,7 @@ from . import ops
 from .ops import OPS, Op
 from .tape import CONST, INPUT, Guard, Node, Tape
 
-_serial = itertools.count()
+serials = itertools.count()
 
 
 class TraceState:
@@ -161,7 +161,7 @@ def _result(op: Op, operands: tuple, data: float) -> Value:
     out.data = data
     out.grad = 0.0
     out.label = ""
-    out._serial = next(_serial)
+    out._serial = next(serials)
     if _MODE.get() is not _DEFAULT_MODE:
         return _moded(out, op, operands)
     for v in operands:
@@ -211,9 +211,9 @@ def _link(out: Value, operands: Sequence[Value]) -> None:
 def _operand(other: Any, op: Op) -> Any:
     """A binary operator's other operand as a Value (NotImplemented for arrays)."""
     if type(other) is float or type(other) is int:
-        return _const(other)
+        return constant(other)
     if isinstance(other, numbers.Real) and not isinstance(other, Value):
-        return _const(other)
+        return constant(other)
     if isinstance(other, Value):
         return other
     if isinstance(other, (np.ndarray, list, tuple)):
@@ -245,7 +245,7 @@ def method(self, other):
     if type(other) is not Value:
         if type(other) is float and other:
             c = _CONSTS.get(other)
-            other = c if c is not None else _const(other)
+            other = c if c is not None else constant(other)
         else:
             other = _operand(other, op)
             if other is NotImplemented:
@@ -255,7 +255,7 @@ def method(self, other):
     out.data = {expr}
     out.grad = 0.0
     out.label = ""
-    out._serial = next(_serial)
+    out._serial = next(serials)
     if _MODE.get() is not _DEFAULT_MODE:
         return _moded(out, op, (a, b))
     if a._rg or b._rg:
@@ -278,7 +278,7 @@ def method(a):
     out.data = {expr}
     out.grad = 0.0
     out.label = ""
-    out._serial = next(_serial)
+    out._serial = next(serials)
     if _MODE.get() is not _DEFAULT_MODE:
         return _moded(out, op, (a,))
     if a._rg:
@@ -301,11 +301,11 @@ def _compiled(src: str, env: dict, name: str) -> Any:
         __name__=__name__,  # a library frame: error messages name the user's line
         Value=Value,
         _new=_new,
-        _serial=_serial,
+        serials=serials,
         _MODE=_MODE,
         _DEFAULT_MODE=_DEFAULT_MODE,
         _moded=_moded,
-        _const=_const,
+        constant=constant,
         _CONSTS=_CONSTS,
         _SINK=_SINK,
         _operand=_operand,
@@ -372,7 +372,7 @@ class Value:
         _link(self, tuple(_children))  # micrograd's _children (kept for _prev only)
         self.label = label
         self._rg = bool(requires_grad)
-        self._serial = next(_serial)
+        self._serial = next(serials)
         # None, or while backward() runs the adjoint; _SINK if it takes no gradient
         self._adj: float | None = None if self._rg else _SINK
 
@@ -385,9 +385,9 @@ class Value:
         for a in args:
             if type(a) is not Value:
                 if type(a) is float or type(a) is int:
-                    a = _const(a)
+                    a = constant(a)
                 elif isinstance(a, numbers.Real) and not isinstance(a, Value):
-                    a = _const(a)
+                    a = constant(a)
                 elif isinstance(a, Value):
                     pass
                 else:
@@ -445,7 +445,7 @@ class Value:
         result = bool(COMPARE_FLOATS[cmp](self.data, b))
         state = _MODE.get().trace
         if state is not None:
-            rhs = other if isinstance(other, Value) else _const(b)
+            rhs = other if isinstance(other, Value) else constant(b)
             state.guards.append((cmp, self, rhs, result, _caller_line(3)))
         return result
 
@@ -513,7 +513,7 @@ class Value:
 
         Each call adds the same gradients again (PyTorch's ``retain_graph=True``).
         The sweep runs each op's derivative rules from the op table (as source
-        made from them once, see ``_backward_step``); adjoints live on the
+        made from them once, see ``backward_step``); adjoints live on the
         Values while it runs.
         """
         if not self._rg:  # a constant: nothing to pass a gradient to
@@ -522,7 +522,7 @@ class Value:
         order = _grad_order(self)
         try:
             self._adj = float(gradient)
-            _sweep(order, _STEPS, _backward_step)
+            _sweep(order, _STEPS, backward_step)
         except BaseException:
             for v in order:
                 v._adj = None
@@ -568,7 +568,7 @@ def _grad_order(root: Value) -> list[Value]:
         for v in found:
             v._adj = None
         raise
-    found.sort(key=_serial_of)
+    found.sort(key=serial_of)
     return found
 
 
@@ -645,7 +645,7 @@ def step(v, g):
 """
 
 
-def _backward_step(op: Op) -> Callable[[Value, float], None]:
+def backward_step(op: Op) -> Callable[[Value, float], None]:
     """The reverse step of ``op``: add each operand's contribution to its ``_adj``.
 
     Its source is made once, by running the op's derivative rules (from the
@@ -708,7 +708,7 @@ _UNPACK = {1: "x0 = v._a", 2: "x0 = v._a\n    x1 = v._b"}
 _step_lock = threading.Lock()
 
 
-def _const(x: Any) -> Value:
+def constant(x: Any) -> Value:
     """A number used as an operand: a leaf that takes no gradient.
 
     Constants are immutable and never take gradients, so recent ones are shared
@@ -729,7 +729,7 @@ def _const(x: Any) -> Value:
     v._a = v._b = None
     v.label = ""
     v._rg = False
-    v._serial = next(_serial)
+    v._serial = next(serials)
     v._adj = _SINK
     if len(_CONSTS) > 4096:
         _CONSTS.clear()
@@ -802,11 +802,11 @@ def topological_order(roots: Iterable[Value]) -> list[Value]:
                         extend(b)
                     else:
                         push(b)
-    found.sort(key=_serial_of)
+    found.sort(key=serial_of)
     return found
 
 
-_serial_of = operator.attrgetter("_serial")
+serial_of = operator.attrgetter("_serial")
 
 
 def graph_roots(
@@ -1036,7 +1036,7 @@ def _make_sweep(inline: Sequence[str]) -> Callable[..., None]:
     parts = []
     for k, name in enumerate(inline):
         op = OPS[name]
-        step = _backward_step(op)
+        step = backward_step(op)
         env.update((n, x) for n, x in step.__globals__.items() if n.startswith("_ev_"))
         env[f"_op{k}"] = op
         body = textwrap.indent(step.body, " " * 8).rstrip()

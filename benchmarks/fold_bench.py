@@ -117,9 +117,9 @@ def hand_kernel(case: str, n: int) -> tuple[Callable[[], Any], Any]:
     The same kernels as the ``numba`` system of ``adcompile bench``.
     """
     from . import workloads as W
-    from .systems.numba_sys import _build
+    from .systems.numba_sys import build_kernels
 
-    kernels = _build()
+    kernels = build_kernels()
     if case == "chain":
         chain = kernels["chain"]
         return (lambda: chain(W.CHAIN_X0, n)), W.chain_reference(n)

@@ -290,39 +290,74 @@ def test_the_unrolled_tape_is_made_when_a_nan_must_be_named():
         vg(x)
 
 
-def test_many_short_loops_that_are_not_one_loop_go_to_the_interpreter_at_once():
-    # NumPy matmuls over object arrays: one short loop per row, which the loop IR
-    # does not nest yet; the adjoint is not searched for loops then (it would not
-    # fold either), and the interpreter answers
-    rng = np.random.default_rng(0)
-    n, h = 40, 16
-    X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
-    W1, b1 = rng.normal(size=(h, 2)), rng.normal(size=h)
-    W2, b2, w3 = rng.normal(size=(h, h)) * 0.3, rng.normal(size=h), rng.normal(size=h)
-
+def _two_layer_hinge(relu):
     def loss(W1, b1, W2, b2, w3, X, y):
-        h1 = np.maximum(X @ W1.T + b1, 0)
-        h2 = np.maximum(h1 @ W2.T + b2, 0)
-        return np.mean(np.maximum(1 - y * (h2 @ w3), 0))
+        h1 = relu(X @ W1.T + b1)
+        h2 = relu(h1 @ W2.T + b2)
+        return np.mean(relu(1 - y * (h2 @ w3)))
 
-    vg = ad.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-    value, grads = vg(W1, b1, W2, b2, w3, X, y)
-    assert "interpreter" in vg.explanation and "not one loop" in vg.explanation
-    # backpropagation by hand
+    return loss
+
+
+def _two_layer_hinge_by_hand(W1, b1, W2, b2, w3, X, y):
+    """Value and gradients (W1, b1, W2, b2, w3) by backpropagation by hand."""
     z1 = X @ W1.T + b1
     a1 = np.maximum(z1, 0)
     z2 = a1 @ W2.T + b2
     a2 = np.maximum(z2, 0)
     m = 1 - y * (a2 @ w3)
-    assert value == pytest.approx(np.mean(np.maximum(m, 0)), rel=1e-12)
-    ds = -y * (m > 0) / n
+    ds = -y * (m > 0) / len(y)
     dw3 = a2.T @ ds
     dz2 = np.outer(ds, w3) * (z2 > 0)
     dW2, db2 = dz2.T @ a1, dz2.sum(0)
     dz1 = (dz2 @ W2) * (z1 > 0)
     dW1, db1 = dz1.T @ X, dz1.sum(0)
-    for got, want in zip(grads, (dW1, db1, dW2, db2, dw3)):
+    return np.mean(np.maximum(m, 0)), (dW1, db1, dW2, db2, dw3)
+
+
+def _two_layer_hinge_args(n, h=16):
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
+    W1, b1 = rng.normal(size=(h, 2)), rng.normal(size=h)
+    W2, b2, w3 = rng.normal(size=(h, h)) * 0.3, rng.normal(size=h), rng.normal(size=h)
+    return W1, b1, W2, b2, w3, X, y
+
+
+def test_many_short_loops_that_are_not_one_loop_go_to_the_interpreter_at_once():
+    # a relu written as a choice (np.where on a comparison) keeps the Value or
+    # puts the constant 0, so rows differ in which operands are constants: one
+    # short loop per row, which the loop IR does not nest yet; the adjoint is
+    # not searched for loops then (it would not fold either), and the
+    # interpreter answers
+    args = _two_layer_hinge_args(40)
+    vg = ad.value_and_grad(
+        _two_layer_hinge(lambda z: np.where(z > 0, z, 0)), argnums=(0, 1, 2, 3, 4)
+    )
+    value, grads = vg(*args)
+    assert "interpreter" in vg.explanation and "not one loop" in vg.explanation
+    ref_value, ref_grads = _two_layer_hinge_by_hand(*args)
+    assert value == pytest.approx(ref_value, rel=1e-12)
+    for got, want in zip(grads, ref_grads):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+
+
+def test_the_same_network_with_np_maximum_folds_and_keeps_its_argument_names_apart():
+    # np.maximum on the traced arrays is the maximum op: every row has one
+    # structure and the program is loops inside loops over n. The argument
+    # named w3 is also the name of a nested loop's row base in the generated
+    # code (w<n>), so it is renamed there
+    vg = ad.value_and_grad(_two_layer_hinge(lambda z: np.maximum(z, 0)), argnums=(0, 1, 2, 3, 4))
+    for n in (40, 27):
+        args = _two_layer_hinge_args(n)
+        value, grads = vg(*args)
+        ref_value, ref_grads = _two_layer_hinge_by_hand(*args)
+        assert value == pytest.approx(ref_value, rel=1e-12)
+        for got, want in zip(grads, ref_grads):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-14)
+    assert (
+        "interpreter" not in vg.explanation and "Generic in the batch length n" in vg.explanation
+    )
+    assert "arg_w3" in vg.source and vg.traces == 1
 
 
 # ------------------------------------------------------------------ one program in n

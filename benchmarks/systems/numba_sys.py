@@ -20,7 +20,7 @@ from . import Prepared, System
 _kernels: dict[str, Any] = {}
 
 
-def _build() -> dict[str, Any]:
+def build_kernels() -> dict[str, Any]:
     if _kernels:
         return _kernels
     import numba
@@ -170,12 +170,12 @@ class NumbaHand(System):
         import numba  # noqa: F401
 
     def rosenbrock(self, x: np.ndarray) -> Prepared:
-        k = _build()["rosenbrock"]
+        k = build_kernels()["rosenbrock"]
         g = np.empty_like(x)
         return Prepared(lambda: (k(x, g), g), lambda out: (float(out[0]), out[1].copy()))
 
     def mlp(self, params: list, X: np.ndarray, y: np.ndarray) -> Prepared:
-        k = _build()["mlp_step"]
+        k = build_kernels()["mlp_step"]
         ps = [np.array(p, dtype=np.float64) for p in params]
         gs = [np.zeros_like(p) for p in ps]
         lr, wd = W.MLP_LR, W.MLP_WEIGHT_DECAY
@@ -190,11 +190,11 @@ class NumbaHand(System):
         )
 
     def chain(self, n: int, x0: float) -> Prepared:
-        k = _build()["chain"]
+        k = build_kernels()["chain"]
         return Prepared(lambda: k(x0, n), lambda out: (float(out[0]), float(out[1])))
 
     def compile(self, prog: W.Program) -> Prepared:
-        k = _build()["tape"]
+        k = build_kernels()["tape"]
         N = len(prog)
         v = np.empty(4 + N)
         adj = np.empty(4 + N)
