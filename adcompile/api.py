@@ -299,7 +299,7 @@ def trace_call(
 
 
 def _output_leaf(x: Any) -> Value:
-    return x if isinstance(x, Value) else _const(float(x))
+    return x if isinstance(x, Value) else constant(float(x))
 
 
 def trace(f: Callable, *args: Any) -> Tape:

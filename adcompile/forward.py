@@ -28,7 +28,7 @@ from typing import Any
 from .passes import simplify
 from .reverse import grad_tape
 from .tape import Tape, active_slots, forward_sweep, reverse_sweep, tangent_sweep
-from .value import Value, _const, build_tape, gc_paused, recording
+from .value import Value, build_tape, constant, gc_paused, recording
 
 #: Which sweeps ``jacobian_tape`` uses: reverse (one per output), forward (one
 #: per input), or the fewer of the two.
@@ -46,13 +46,13 @@ def choose_mode(n_outputs: int, n_inputs: int, mode: str = "auto") -> str:
 
 def _leaf(v: Any) -> Value:
     """A sweep's result as a Value (``None`` and numbers become constants)."""
-    return v if isinstance(v, Value) else _const(0.0 if v is None else v)
+    return v if isinstance(v, Value) else constant(0.0 if v is None else v)
 
 
 def _replay(tape: Tape) -> tuple[list[Value], list[Any], list[tuple]]:
     """Fresh input Values, every slot's Value, and the guards over those Values."""
     inputs = [Value(0.5) for _ in tape.inputs]
-    vals = forward_sweep(tape, inputs, const=_const)
+    vals = forward_sweep(tape, inputs, const=constant)
     guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in tape.guards]
     return inputs, vals, guards
 

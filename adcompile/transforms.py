@@ -44,7 +44,7 @@ from .forward import (
 from .outputs import OutLayout, join, leaves, map_leaves, size
 from .passes import simplify
 from .tape import COMPARE, Tape, forward_sweep
-from .value import Value, _const, build_tape, gc_paused, recording
+from .value import Value, build_tape, constant, gc_paused, recording
 
 #: A Jacobian or Hessian needing at most this many sweeps is one tape of all its
 #: entries (straight-line code); a larger one is made one basis vector at a
@@ -224,7 +224,7 @@ class Derived(Transformed):
             flat_in.extend(
                 np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a]
             )
-        vals = forward_sweep(code, flat_in, const=_const)
+        vals = forward_sweep(code, flat_in, const=constant)
         for g in code.guards:  # comparing Values records the guards in an outer trace
             COMPARE[g.cmp](vals[g.a], vals[g.b])
         return values_like(layout, [vals[o] for o in code.outputs])
@@ -238,8 +238,8 @@ def _unrolled(one: Tape, basis: tuple, n_out: int) -> Tape:
         inputs = [Value(0.5) for _ in one.inputs[:-m]]
         outs: list[Any] = [None] * n_out
         for j in range(m):
-            e = [_const(1.0 if i == j else 0.0) for i in range(m)]
-            vals = forward_sweep(one, [*inputs, *e], const=_const)
+            e = [constant(1.0 if i == j else 0.0) for i in range(m)]
+            vals = forward_sweep(one, [*inputs, *e], const=constant)
             for i, o in enumerate(one.outputs):
                 outs[int(dest[j, i])] = vals[o]
         guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in one.guards]
