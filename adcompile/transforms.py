@@ -218,7 +218,9 @@ class Derived(Transformed):
         point = [_data(a) for a in args]
         _, key = _flatten(self._name, point)
         tape = self._trace(point)
-        code, layout, _ = self._derive(tape, key)
+        code, layout, _, basis = self._derive(tape, key)
+        if basis is not None:
+            code = _unrolled(code, basis, layout.n_out)
         flat_in: list[Any] = []
         for a in args:
             flat_in.extend(
