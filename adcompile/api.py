@@ -9,6 +9,7 @@ code never answers for a branch it did not see.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import numbers
@@ -31,7 +32,7 @@ from .loopir import Lin
 from .loops import batch_source, loop_source
 from .outputs import OutLayout, assemble, flatten_output
 from .reverse import grad_tape
-from .tape import COMPARE, Tape, forward_sweep
+from .tape import COMPARE, CONST, Tape, forward_sweep
 from .value import (
     Value,
     build_tape,
@@ -66,6 +67,42 @@ def summary(explanation: str) -> str:
     if explanation.startswith("Generic in the batch length"):
         what = "one program for every batch length, " + what
     return what
+
+
+@dataclasses.dataclass
+class CompileEvent:
+    """One trace and compile of a transform (or a new batch length that code
+    generic in the batch length served without one): why, what, how long."""
+
+    reason: str
+    produced: str = ""
+    seconds: float = 0.0
+    stages: dict[str, float] = dataclasses.field(default_factory=dict)
+    key: tuple = ()
+    from_disk: bool = False  # Numba's machine code loaded from the disk cache
+    traced: bool = True
+
+    def line(self, name: str) -> str:
+        """The event in one line (what ``ADCOMPILE_LOG=compiles`` prints)."""
+        what = "served" if not self.traced else "traced and compiled"
+        disk = ", Numba's code loaded from the disk cache" if self.from_disk else ""
+        return (
+            f"adcompile: {what} {name} in {self.seconds:.2f} s: {self.reason}; "
+            f"{self.produced}{disk}"
+        )
+
+
+def _from_disk(compiled: Any) -> bool:
+    """Whether Numba loaded ``compiled``'s machine code from its disk cache."""
+    for holder in (compiled, getattr(compiled, "gen", None), getattr(compiled, "folded", None)):
+        stats = getattr(getattr(holder, "fn", None), "stats", None)
+        if stats is not None:
+            return sum(stats.cache_hits.values()) > 0
+    return False
+
+
+def _shape_text(shape: Any) -> str:
+    return "a number" if shape is None else f"shape {tuple(shape)}"
 
 
 class _Announce:
@@ -494,6 +531,10 @@ class Transformed:
         # the last specialisation's entry (_entry): the fast path of a call like the
         # last one; None while the general path must run (captures, debug_nans)
         self._fast: Callable | None = None
+        # every trace and compile so far, with its reason (ad.explain)
+        self.events: list[CompileEvent] = []
+        self._stages: dict[str, float] = {}
+        self._reason = ""
         functools.update_wrapper(self, fun, updated=())
 
     def _wrt(self, nargs: int) -> list[int]:
@@ -684,16 +725,90 @@ class Transformed:
         """No specialisation fits these inputs: run the batch-generic code if there is
         one (or can be), else trace ``f`` again and compile."""
         with self._lock, _Announce(self._fname_doc()[0]) as announce:
+            reason = self._reason = self._why(key, flat)
+            clock = time.perf_counter()
+            self._stages = {}
+            batches = dict(self._batches)
             found = self._batch_call(key, args, flat)
             if found is not None:
                 announce.done(found[0].compiled.explanation)
+                gen = found[0].compiled.gen
+                new = not any(g is gen for g in batches.values())
+                n = found[0].compiled.n
+                if new:
+                    lengths = ", ".join(map(str, gen.lengths))
+                    reason += f"; traced at batch lengths {lengths}, one program for every length"
+                else:
+                    reason += f"; batch length {n} served by the code generic in the batch length"
+                self._record(reason, found[0], clock, key, traced=new)
                 return found
             spec = self._specialise(key, args)
             announce.done(spec.compiled.explanation)
+            self._record(reason, spec, clock, key)
         ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
         return spec, out
+
+    # ---- why a call compiles (ad.explain)
+
+    def _primal(self, args: Sequence[Any]) -> list[Any]:
+        """The arguments ``f`` itself takes, of the call's (or of its key)."""
+        return list(args)
+
+    def _why(self, key: tuple, flat: list) -> str:
+        """Why this call, which no specialisation serves, traces or compiles."""
+        if not self.events and not self._specs:
+            return "first call"
+        if key not in self._specs:
+            names = self._names(len(key))
+            previous = self.events[-1].key if self.events else next(reversed(self._specs))
+            if len(previous) != len(key):
+                return f"new argument structure: {len(key)} arguments, were {len(previous)}"
+            changed = [
+                f"argument {k} ({names[k]}) has {_shape_text(new)}, was {_shape_text(old)}"
+                for k, (old, new) in enumerate(zip(previous, key))
+                if old != new
+            ]
+            if changed:
+                return "new shape: " + "; ".join(changed)
+            return "new shapes"
+        for spec in self._specs[key]:
+            tape = spec.tape
+            if tape is None or not tape.guards:
+                continue
+            primal = self._primal(flat)
+            point = np.concatenate([np.atleast_1d(np.asarray(a, float)) for a in primal])
+            if len(point) != len(tape.inputs):
+                continue
+            vals = forward_sweep(tape, [float(v) for v in point])
+            for g in tape.guards:
+                if not g.holds(vals):
+                    a, b = vals[g.a], vals[g.b]
+                    return (
+                        f"a guard failed: {_slot_text(tape, g.a)} {g.cmp} "
+                        f"{_slot_text(tape, g.b)} was {g.expected} when traced, now "
+                        f"{not g.expected} ({a!r} {g.cmp} {b!r}), at {g.where or '?'}"
+                    )
+            break
+        return "a guard failed (these inputs take other branches)"
+
+    def _record(
+        self, reason: str, spec: Specialisation, clock: float, key: tuple, traced: bool = True
+    ) -> None:
+        """Keep the event; with ``ADCOMPILE_LOG=compiles``, print it on stderr."""
+        event = CompileEvent(
+            reason,
+            summary(spec.compiled.explanation),
+            time.perf_counter() - clock,
+            dict(self._stages) if traced else {},
+            key,
+            _from_disk(spec.compiled) if traced else False,
+            traced,
+        )
+        self.events.append(event)
+        if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
+            print(event.line(self._fname_doc()[0]), file=sys.stderr, flush=True)
 
     # ---- batch-generic code (adcompile.batch)
 
@@ -776,6 +891,8 @@ class Transformed:
         if found is None:
             return None
         loops, ks = found
+        self._stages.update(loops.timings)
+        clock = time.perf_counter()
         work = loops.code.work_size
         work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
 
@@ -784,7 +901,7 @@ class Transformed:
             return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
 
         params = self._params(names, skey(ks[-1]))
-        return batch.BatchCompiled(
+        gen = batch.BatchCompiled(
             fname,
             loops.source,
             [],
@@ -796,6 +913,8 @@ class Transformed:
             unrolled,
             ks,
         )
+        self._stages["compile"] = time.perf_counter() - clock
+        return gen
 
     def _same_value(self, args: Sequence[Any], value: float) -> bool:
         """Whether ``f`` run on plain numbers agrees with the generic code's value
@@ -892,8 +1011,10 @@ class Transformed:
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        clock = time.perf_counter()
         with gc_paused():  # tracing builds a large acyclic graph
             tape = self._trace(args)
+        self._stages = {"trace": time.perf_counter() - clock}
         self._count_trace()
         if tape.tree is not None:  # jit of a function returning several numbers
             params = self._params(self._names(len(args)), key)
@@ -909,8 +1030,13 @@ class Transformed:
 
         report: dict = {}
         compiled = self._compile_loops(tape, params, key, positions, fname, doc, report)
-        if compiled is None:
+        if compiled is not None:
+            self._stages.update(compiled.timings)
+        else:
+            clock = time.perf_counter()
             code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
+            if self.mode != "jit":
+                self._stages["reverse"] = time.perf_counter() - clock
             # many short loops that are not one loop (a NumPy matmul's rows): folding
             # the adjoint would not fit either, and searching it costs more than the
             # interpreter's first call
@@ -925,7 +1051,9 @@ class Transformed:
                     f"(loops that are not one loop: a NumPy matmul's rows), over "
                     f"{2 * STRAIGHT_LINE_LIMIT}"
                 )
+            clock = time.perf_counter()
             compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
+            self._stages["generate and compile"] = time.perf_counter() - clock
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         return self._keep(key, spec)
 
@@ -943,10 +1071,10 @@ class Transformed:
         if self.traces > MAX_SPECIALISATIONS and not self._warned:
             self._warned = True
             warnings.warn(
-                f"{self._name}() has been traced {self.traces} times (new argument "
-                "shapes or new branches of its if/while on traced values); each trace "
-                "compiles again. Keep shapes fixed, or branch with ad.maximum / ad.relu "
-                "instead of if",
+                f"{self._name}() has been traced {self.traces} times, this time because of "
+                f"{self._reason or 'new shapes or branches'}; each trace compiles again. Keep "
+                "shapes fixed, or branch with ad.maximum / ad.relu instead of if "
+                "(ad.explain(fn) lists every reason)",
                 RetraceWarning,
                 stacklevel=_user_stacklevel(),
             )
@@ -1133,6 +1261,16 @@ def _check_argnums(argnums: Any, mode: str) -> None:
             f"argnums must be an int or a tuple of ints (positions of the arguments to "
             f"differentiate), got {argnums!r}"
         )
+
+
+def _slot_text(tape: Tape, i: int) -> str:
+    """Slot ``i`` as a guard message names it: an input by name, a constant by value."""
+    node = tape.nodes[i]
+    if node.op == CONST:
+        return repr(node.value)
+    if i in tape.inputs:
+        return tape.names[tape.inputs.index(i)]
+    return f"v{i}"
 
 
 def values_like(layout: OutLayout | Any, values: Sequence[Any]) -> Any:

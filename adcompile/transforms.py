@@ -17,6 +17,7 @@ compiles that with Numba. Conventions follow JAX:
 from __future__ import annotations
 
 import numbers
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -119,11 +120,16 @@ class Derived(Transformed):
         return None  # each shape is traced (no batch-generic code for these yet)
 
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        clock = time.perf_counter()
         with gc_paused():
             tape = self._trace(args)
+        self._stages = {"trace": time.perf_counter() - clock}
         self._count_trace()
+        clock = time.perf_counter()
         with gc_paused():
             code, layout, note, basis = self._derive(tape, key)
+        self._stages["derivative tape"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         params = self._params(self._names(len(args)), key)
         fname, doc = self._fname_doc()
         from .jit import BasisCompiled, Compiled  # Numba is imported on first compile
@@ -134,6 +140,7 @@ class Derived(Transformed):
             m, dest = basis
             one = Compiled(code, [*params, Param("e", m)], f"{fname}_one", f"{doc}; {note}")
             compiled = BasisCompiled(one, params, m, dest, layout.n_out, fname)
+        self._stages["generate and compile"] = time.perf_counter() - clock
         compiled.explanation = f"{_WHAT[self.mode].capitalize()} by {note}. " + (
             compiled.explanation
         )
