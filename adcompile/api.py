@@ -406,9 +406,13 @@ def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
         if shape is None:
             lines.append(f"    if type({name}) is not float:")
         else:
+            # a 1-D array goes to the compiled code as it is: it must be contiguous
+            # (the code was compiled for that layout and is called past Numba's
+            # dispatcher, which would otherwise compile another version)
+            strided = f" or {name}.strides != (8,)" if len(shape) == 1 else ""
             lines.append(
                 f"    if type({name}) is not ndarray or {name}.dtype is not F64 "
-                f"or {name}.shape != {shape!r}:"
+                f"or {name}.shape != {shape!r}{strided}:"
             )
         lines.append("        return None")
         flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
@@ -444,11 +448,27 @@ def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
         lines.append("    if not ok:")
     lines.append("        return None")
     lines.append(f"    return {result}")
-    ns = {"ndarray": np.ndarray, "F64": _F64, "empty": np.empty, "fn": direct, "call": spec.call}
+    ns = {
+        "ndarray": np.ndarray,
+        "F64": _F64,
+        "empty": np.empty,
+        "fn": _native(direct),
+        "call": spec.call,
+    }
     if folded is not None:
         ns.update(local=folded.local, columns=folded.columns)
     exec(compile("\n".join(lines), f"<adcompile entry of {spec.compiled.kind} code>", "exec"), ns)
     return ns["entry"]
+
+
+def _native(fn: Any) -> Any:
+    """A Numba function's one compiled version, called without the dispatcher's
+    type matching (the entry has checked the arguments' types and layouts);
+    ``fn`` itself when it has none or several."""
+    overloads = getattr(fn, "overloads", None)
+    if not overloads or len(overloads) != 1:
+        return fn
+    return getattr(next(iter(overloads.values())), "entry_point", fn)
 
 
 def _out_layout(layout: list, mode: str, many: bool) -> OutLayout:
