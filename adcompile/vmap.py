@@ -88,15 +88,16 @@ class Vmapped:
                 "vmap: no argument is mapped (every in_axes is None, or every argument "
                 "is a number); pass an array with the points along in_axes"
             )
+        traced = any(_holds_values(a) for a in args)
         moved: list[Any] = []
         lengths = set()
         for a, ax in zip(args, axes):
             if ax is None:
                 moved.append(a)
             else:
-                arr = np.moveaxis(np.asarray(a, dtype=np.float64), ax, 0)
+                arr = np.moveaxis(np.asarray(a, dtype=object if traced else np.float64), ax, 0)
                 lengths.add(arr.shape[0])
-                moved.append(np.ascontiguousarray(arr))
+                moved.append(arr if traced else np.ascontiguousarray(arr))
         if len(lengths) > 1:
             raise ValueError(
                 f"vmap: the mapped arguments have different lengths {sorted(lengths)} "
@@ -105,6 +106,12 @@ class Vmapped:
         n = lengths.pop()
         if n == 0:
             raise ValueError("vmap: the mapped arguments hold no points (length 0)")
+        if traced:  # inside another transform, or on Values: point by point, recorded
+            results = [
+                self.fun(*[m[p] if ax is not None else m for m, ax in zip(moved, axes)])
+                for p in range(n)
+            ]
+            return _stack(results)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
         inner = self.inner
         caps = inner._caps if inner._caps is not None else inner._scan()
@@ -144,6 +151,31 @@ class Vmapped:
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
         return assemble(layout.tree, parts)
+
+
+def _holds_values(a: Any) -> bool:
+    """Whether ``a`` is a Value or an array of them (vmap inside a trace)."""
+    if isinstance(a, np.ndarray):
+        return a.dtype == object
+    return hasattr(a, "_apply") or (
+        isinstance(a, (list, tuple)) and any(_holds_values(e) for e in a)
+    )
+
+
+def _stack(results: list[Any]) -> Any:
+    """Per-point results (Values, arrays of them, tuples or lists of those) stacked
+    along a new axis 0, as arrays of Values."""
+    first = results[0]
+    if isinstance(first, (tuple, list)):
+        parts = [_stack([r[k] for r in results]) for k in range(len(first))]
+        return tuple(parts) if isinstance(first, tuple) else parts
+    shape = np.shape(first)
+    out = np.empty((len(results), *shape), dtype=object)
+    for p, r in enumerate(results):
+        out[p] = r
+    from .tensor import asarray
+
+    return asarray(out)
 
 
 def _is_axis(a: Any) -> bool:

@@ -149,3 +149,17 @@ def test_cuda_under_the_simulator_matches_the_cpu():
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "ok (40, 3)" in run.stdout
+
+
+def test_vmap_inside_grad_as_jax_writes_a_batched_loss():
+    def batch_loss(w, xs, ys):
+        return ad.vmap(loss, in_axes=(None, 0, 0))(w, xs, ys).mean()
+
+    expected = np.mean([loss_grad(W, x, y) for x, y in zip(XS[:40], YS[:40])], axis=0)
+    np.testing.assert_allclose(ad.grad(batch_loss)(W, XS[:40], YS[:40]), expected, rtol=1e-13)
+
+
+def test_vmap_of_vmap():
+    m = RNG.normal(size=(4, 5, 2))
+    got = ad.vmap(ad.vmap(lambda p: p[0] * ad.exp(p[1])))(m)
+    np.testing.assert_allclose(got, m[..., 0] * np.exp(m[..., 1]), rtol=1e-15)
