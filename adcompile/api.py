@@ -1133,12 +1133,7 @@ class Transformed:
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (under an outer transform, or eagerly): replay the tape
         of value and gradient on those Values, so the result records as well."""
-        point = [
-            np.vectorize(lambda v: v.data if isinstance(v, Value) else v, otypes=[float])(a)
-            if isinstance(a, np.ndarray)
-            else (a.data if isinstance(a, Value) else a)
-            for a in args
-        ]
+        point = data_point(args)
         _, key = _flatten(self._name, point)
         wrt = self._wrt(len(args))
         tape = trace_call(
@@ -1151,15 +1146,7 @@ class Transformed:
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         positions = [p for k in wrt for p in range(offsets[k], offsets[k + 1])]
         gtape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
-        flat_in: list[Any] = []
-        for a in args:
-            flat_in.extend(
-                np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a]
-            )
-        vals = forward_sweep(gtape, flat_in, const=constant)
-        for g in gtape.guards:  # comparing Values records the guards in an outer trace
-            COMPARE[g.cmp](vals[g.a], vals[g.b])
-        outs = [vals[o] for o in gtape.outputs]
+        outs = replay(gtape, args)
         if self.mode == "jit":
             return outs[0] if tape.tree is None else values_like(tape.tree, outs)
         grads, k = [], 1
@@ -1281,6 +1268,28 @@ def _check_argnums(argnums: Any, mode: str) -> None:
             f"argnums must be an int or a tuple of ints (positions of the arguments to "
             f"differentiate), got {argnums!r}"
         )
+
+
+def data_point(args: Sequence[Any]) -> list[Any]:
+    """The numbers that arguments holding Values stand for (floats, float arrays)."""
+    return [
+        np.vectorize(lambda v: v.data if isinstance(v, Value) else v, otypes=[float])(a)
+        if isinstance(a, np.ndarray)
+        else (a.data if isinstance(a, Value) else a)
+        for a in args
+    ]
+
+
+def replay(code: Tape, args: Sequence[Any]) -> list[Any]:
+    """``code``'s outputs computed on ``args`` (Values, arrays of them, numbers) by
+    recording them: how a transform called inside another one records."""
+    flat_in: list[Any] = []
+    for a in args:
+        flat_in.extend(np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a])
+    vals = forward_sweep(code, flat_in, const=constant)
+    for g in code.guards:  # comparing Values records the guards in an outer trace
+        COMPARE[g.cmp](vals[g.a], vals[g.b])
+    return [vals[o] for o in code.outputs]
 
 
 def _slot_text(tape: Tape, i: int) -> str:

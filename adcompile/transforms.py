@@ -28,6 +28,8 @@ from .api import (
     Specialisation,
     Transformed,
     _flatten,
+    data_point,
+    replay,
     trace_call,
     values_like,
 )
@@ -44,7 +46,7 @@ from .forward import (
 )
 from .outputs import OutLayout, join, leaves, map_leaves, size
 from .passes import simplify
-from .tape import COMPARE, Tape, forward_sweep
+from .tape import Tape, forward_sweep
 from .value import Value, build_tape, constant, gc_paused, recording
 
 #: A Jacobian or Hessian needing at most this many sweeps is one tape of all its
@@ -222,21 +224,13 @@ class Derived(Transformed):
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (inside another transform, or eagerly): the derivative
         tape replayed on them, so the result records as well."""
-        point = [_data(a) for a in args]
+        point = data_point(args)
         _, key = _flatten(self._name, point)
         tape = self._trace(point)
         code, layout, _, basis = self._derive(tape, key)
         if basis is not None:
             code = _unrolled(code, basis, layout.n_out)
-        flat_in: list[Any] = []
-        for a in args:
-            flat_in.extend(
-                np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a]
-            )
-        vals = forward_sweep(code, flat_in, const=constant)
-        for g in code.guards:  # comparing Values records the guards in an outer trace
-            COMPARE[g.cmp](vals[g.a], vals[g.b])
-        return values_like(layout, [vals[o] for o in code.outputs])
+        return values_like(layout, replay(code, args))
 
 
 def _unrolled(one: Tape, basis: tuple, n_out: int) -> Tape:
@@ -253,12 +247,6 @@ def _unrolled(one: Tape, basis: tuple, n_out: int) -> Tape:
                 outs[int(dest[j, i])] = vals[o]
         guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in one.guards]
         return build_tape(outs, inputs, guards, one.names[:-m])
-
-
-def _data(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return np.vectorize(lambda v: getattr(v, "data", v), otypes=[float])(a)
-    return getattr(a, "data", a)
 
 
 def _fresh(name: str, taken: Sequence[str]) -> str:
