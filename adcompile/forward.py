@@ -22,12 +22,23 @@ primal's branches are.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from .passes import simplify
-from .reverse import grad_tape
-from .tape import Tape, active_slots, forward_sweep, reverse_sweep, tangent_sweep
+from .ops import OPS, Op
+from .passes import prune, simplify
+from .tape import (
+    CONST,
+    INPUT,
+    Node,
+    Tape,
+    active_slots,
+    forward_sweep,
+    reverse_sweep,
+    tangent_sweep,
+)
 from .value import Value, build_tape, constant, gc_paused, recording
 
 #: Which sweeps ``jacobian_tape`` uses: reverse (one per output), forward (one
@@ -44,53 +55,163 @@ def choose_mode(n_outputs: int, n_inputs: int, mode: str = "auto") -> str:
     return "reverse" if n_outputs <= n_inputs else "forward"
 
 
-def _leaf(v: Any) -> Value:
-    """A sweep's result as a Value (``None`` and numbers become constants)."""
-    return v if isinstance(v, Value) else constant(0.0 if v is None else v)
+_BUILT_IN = frozenset(OPS.values())  # ops defined before any user's (rules on plain handles)
 
 
-def _replay(tape: Tape) -> tuple[list[Value], list[Any], list[tuple]]:
-    """Fresh input Values, every slot's Value, and the guards over those Values."""
-    inputs = [Value(0.5) for _ in tape.inputs]
-    vals = forward_sweep(tape, inputs, const=constant)
-    guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in tape.guards]
-    return inputs, vals, guards
+class _Slot:
+    """A slot of a tape being extended: what a derivative rule computes with.
+
+    Operators and ``ops.apply`` (through ``_apply``) append a node and return
+    the new slot, so the op table's rules, run on slots, write the derivative
+    straight into the new tape, without replaying the primal on Values.
+    """
+
+    __slots__ = ("rec", "i")
+
+    def __init__(self, rec: _Slots, i: int) -> None:
+        self.rec, self.i = rec, i
+
+    def _apply(self, op: Op, args: Sequence[Any]) -> _Slot:
+        return self.rec.record(op, args)
+
+    def __add__(self, o: Any) -> _Slot:
+        return self.rec.record(_ADD, (self, o))
+
+    def __radd__(self, o: Any) -> _Slot:
+        return self.rec.record(_ADD, (o, self))
+
+    def __sub__(self, o: Any) -> _Slot:
+        return self.rec.record(_SUB, (self, o))
+
+    def __rsub__(self, o: Any) -> _Slot:
+        return self.rec.record(_SUB, (o, self))
+
+    def __mul__(self, o: Any) -> _Slot:
+        return self.rec.record(_MUL, (self, o))
+
+    def __rmul__(self, o: Any) -> _Slot:
+        return self.rec.record(_MUL, (o, self))
+
+    def __truediv__(self, o: Any) -> _Slot:
+        return self.rec.record(_DIV, (self, o))
+
+    def __rtruediv__(self, o: Any) -> _Slot:
+        return self.rec.record(_DIV, (o, self))
+
+    def __pow__(self, o: Any) -> _Slot:
+        return self.rec.record(_POW, (self, o))
+
+    def __rpow__(self, o: Any) -> _Slot:
+        return self.rec.record(_POW, (o, self))
+
+    def __neg__(self) -> _Slot:
+        return self.rec.record(_NEG, (self,))
 
 
-def _tape(
-    outputs: Sequence[Any], inputs: Sequence[Value], guards: list[tuple], names: Sequence[str]
-) -> Tape:
-    return simplify(build_tape([_leaf(v) for v in outputs], inputs, guards, names))
+_ADD, _SUB, _MUL, _DIV, _POW, _NEG = (OPS[n] for n in ("add", "sub", "mul", "div", "pow", "neg"))
+
+
+class _Slots:
+    """The primal tape, copied, with what the sweeps record appended as nodes."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+        self.nodes: list[Node] = list(tape.nodes)
+        self.vals: list[Any] = [_Slot(self, i) for i in range(len(tape.nodes))]
+        self.extra: list[int] = []
+        self.consts: dict[tuple[float, float], int] = {}
+
+    def slot(self, x: Any) -> int:
+        """The slot of ``x``: a slot as it is, a number as a constant."""
+        if isinstance(x, _Slot):
+            return x.i
+        x = float(x)
+        key = (x, math.copysign(1.0, x))
+        found = self.consts.get(key)
+        if found is None:
+            found = self.consts[key] = len(self.nodes)
+            self.nodes.append(Node(CONST, (), x))
+        return found
+
+    def record(self, op: Op, args: Sequence[Any]) -> _Slot:
+        self.nodes.append(Node(op, tuple(self.slot(a) for a in args), 0.0))
+        return _Slot(self, len(self.nodes) - 1)
+
+    def input(self) -> _Slot:
+        self.extra.append(len(self.nodes))
+        self.nodes.append(Node(INPUT))
+        return _Slot(self, len(self.nodes) - 1)
+
+    def finish(self, outputs: Sequence[Any], names: Sequence[str]) -> Tape:
+        outs = [self.slot(0.0 if o is None else o) for o in outputs]
+        inputs = [*self.tape.inputs, *self.extra]
+        return simplify(Tape(self.nodes, inputs, outs, self.tape.guards, names))
+
+
+class _Values:
+    """The same, by replaying the primal on tracing Values: for tapes holding a
+    user's primitive, whose rules may need Values."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.inputs = [Value(0.5) for _ in tape.inputs]
+        self.vals = forward_sweep(tape, self.inputs, const=constant)
+        self.guards = [
+            (g.cmp, self.vals[g.a], self.vals[g.b], g.expected, g.where) for g in tape.guards
+        ]
+        self.extra: list[Value] = []
+
+    def input(self) -> Value:
+        self.extra.append(Value(0.5))
+        return self.extra[-1]
+
+    def finish(self, outputs: Sequence[Any], names: Sequence[str]) -> Tape:
+        outs = [o if isinstance(o, Value) else constant(0.0 if o is None else o) for o in outputs]
+        return simplify(build_tape(outs, [*self.inputs, *self.extra], self.guards, names))
+
+
+@contextlib.contextmanager
+def _session(tape: Tape) -> Iterator[_Slots | _Values]:
+    """Where a derivative of ``tape`` is recorded (see :class:`_Slots`)."""
+    with gc_paused(), recording():
+        if all(n.op in _BUILT_IN for n in tape.nodes if isinstance(n.op, Op)):
+            yield _Slots(tape)
+        else:
+            yield _Values(tape)
 
 
 def jvp_tape(tape: Tape, wrt: Sequence[int], suffix: str = "_t") -> Tape:
     """``[*outputs, *their tangents]`` of ``tape``; its inputs are the primal inputs,
     then one tangent per position in ``wrt`` (named after it, with ``suffix``)."""
-    with gc_paused(), recording():
-        inputs, vals, guards = _replay(tape)
-        tangents = [Value(0.5) for _ in wrt]
-        tan: list[Any] = [None] * len(vals)
-        for p, t in zip(wrt, tangents):
-            tan[tape.inputs[p]] = t
-        tangent_sweep(tape, vals, tan)
-        outs = [vals[o] for o in tape.outputs] + [tan[o] for o in tape.outputs]
-        names = [*tape.names, *(tape.names[p] + suffix for p in wrt)]
-        return _tape(outs, [*inputs, *tangents], guards, names)
+    with _session(tape) as s:
+        tan: list[Any] = [None] * len(tape.nodes)
+        for p in wrt:
+            tan[tape.inputs[p]] = s.input()
+        tangent_sweep(tape, s.vals, tan)
+        outs = [s.vals[o] for o in tape.outputs] + [tan[o] for o in tape.outputs]
+        return s.finish(outs, [*tape.names, *(tape.names[p] + suffix for p in wrt)])
 
 
 def vjp_tape(tape: Tape, wrt: Sequence[int], suffix: str = "_ct") -> Tape:
     """``w^T J``: the derivatives of ``sum(w[o] * outputs[o])`` with respect to the
     inputs at ``wrt``; its inputs are the primal inputs, then one ``w`` per output."""
-    with gc_paused(), recording():
-        inputs, vals, guards = _replay(tape)
-        seeds = [Value(0.5) for _ in tape.outputs]
-        adj: list[Any] = [None] * len(vals)
-        for o, w in zip(tape.outputs, seeds):
+    with _session(tape) as s:
+        adj: list[Any] = [None] * len(tape.nodes)
+        for o in tape.outputs:
+            w = s.input()
             adj[o] = w if adj[o] is None else adj[o] + w
-        reverse_sweep(tape, vals, adj, active_slots(tape, [tape.inputs[p] for p in wrt]))
-        outs = [adj[tape.inputs[p]] for p in wrt]
-        names = [*tape.names, *(f"w{k}{suffix}" for k in range(len(seeds)))]
-        return _tape(outs, [*inputs, *seeds], guards, names)
+        reverse_sweep(tape, s.vals, adj, active_slots(tape, [tape.inputs[p] for p in wrt]))
+        names = [*tape.names, *(f"w{k}{suffix}" for k in range(len(tape.outputs)))]
+        return s.finish([adj[tape.inputs[p]] for p in wrt], names)
+
+
+def gradient_tape(tape: Tape, wrt: Sequence[int], output: int = 0) -> Tape:
+    """The gradient of ``tape.outputs[output]`` with respect to the inputs at ``wrt``
+    (only the gradient: the code tape a second derivative starts from)."""
+    with _session(tape) as s:
+        adj: list[Any] = [None] * len(tape.nodes)
+        adj[tape.outputs[output]] = 1.0
+        reverse_sweep(tape, s.vals, adj, active_slots(tape, [tape.inputs[p] for p in wrt]))
+        return s.finish([adj[tape.inputs[p]] for p in wrt], tape.names)
 
 
 def jacobian_tape(
@@ -100,25 +221,24 @@ def jacobian_tape(
     the inputs at positions ``wrt``: outputs ``J[o, p]`` in row-major order."""
     outs = list(tape.outputs if outputs is None else outputs)
     how = choose_mode(len(outs), len(wrt), mode)
-    with gc_paused(), recording():
-        inputs, vals, guards = _replay(tape)
+    with _session(tape) as s:
         jac: list[list[Any]] = [[None] * len(wrt) for _ in outs]
         if how == "reverse":
             active = active_slots(tape, [tape.inputs[p] for p in wrt])
             for r, o in enumerate(outs):
-                adj: list[Any] = [None] * len(vals)
+                adj: list[Any] = [None] * len(tape.nodes)
                 adj[o] = 1.0
-                reverse_sweep(tape, vals, adj, active)
+                reverse_sweep(tape, s.vals, adj, active)
                 for c, p in enumerate(wrt):
                     jac[r][c] = adj[tape.inputs[p]]
         else:
             for c, p in enumerate(wrt):
-                tan: list[Any] = [None] * len(vals)
+                tan: list[Any] = [None] * len(tape.nodes)
                 tan[tape.inputs[p]] = 1.0
-                tangent_sweep(tape, vals, tan)
+                tangent_sweep(tape, s.vals, tan)
                 for r, o in enumerate(outs):
                     jac[r][c] = tan[o]
-        new = _tape([x for row in jac for x in row], inputs, guards, tape.names)
+        new = s.finish([x for row in jac for x in row], tape.names)
     new.sweeps = how  # type: ignore[attr-defined]
     return new
 
@@ -126,8 +246,8 @@ def jacobian_tape(
 def hessian_tape(tape: Tape, wrt: Sequence[int], output: int = 0) -> Tape:
     """The Hessian of ``tape.outputs[output]`` with respect to the inputs at ``wrt``
     (outputs ``H[i, j]`` row-major): forward sweeps over the gradient's tape."""
-    g = grad_tape(tape, wrt=wrt, output=output)
-    new = jacobian_tape(g, wrt, g.outputs[1:], mode="forward")
+    g = gradient_tape(tape, wrt, output)
+    new = jacobian_tape(g, wrt, mode="forward")
     new.sweeps = "forward over reverse"  # type: ignore[attr-defined]
     return new
 
@@ -135,10 +255,10 @@ def hessian_tape(tape: Tape, wrt: Sequence[int], output: int = 0) -> Tape:
 def hvp_tape(tape: Tape, wrt: Sequence[int], output: int = 0) -> Tape:
     """``H v`` for the Hessian of ``tape.outputs[output]`` with respect to the inputs at
     ``wrt``: inputs are the primal inputs, then ``v`` (one per position in ``wrt``)."""
-    g = grad_tape(tape, wrt=wrt, output=output)
+    g = gradient_tape(tape, wrt, output)
     both = jvp_tape(g, wrt, suffix="_v")
     n = len(g.outputs)
-    return simplify(Tape(both.nodes, both.inputs, both.outputs[n + 1 :], both.guards, both.names))
+    return prune(Tape(both.nodes, both.inputs, both.outputs[n:], both.guards, both.names))
 
 
 def permute_inputs(tape: Tape, order: Sequence[int]) -> Tape:
