@@ -353,3 +353,16 @@ def test_hessian_numba_function_in_njit_code():
     ok, tr = diag_sum(x)
     assert ok
     assert tr == pytest.approx(np.trace(rosen_hessian(x)), rel=1e-13)
+
+
+def test_user_primitives_in_second_derivatives():
+    @ad.primitive(vjp=lambda g, out, x: g * 3.0 * x * x)
+    def cube_t(x):
+        return x**3
+
+    def f(x):
+        return cube_t(x[0]) * x[1]
+
+    x = np.array([2.0, 3.0])
+    np.testing.assert_allclose(ad.hessian(f)(x), [[6 * 2.0 * 3.0, 12.0], [12.0, 0.0]])
+    assert ad.jvp(f, (x,), (np.array([1.0, 0.0]),)) == (24.0, 36.0)
