@@ -135,6 +135,16 @@ class Layout:
                 rank = {p: p for p in range(u.size)}
             self.rank.append(rank)
             self.width.append(len(rank))
+        # blocks whose values another item's reverse reads: inside a body folded in
+        # turn they must be stored per repetition of the outer loop (a local would
+        # hold the last repetition's value when the reverse runs)
+        read_back = [False] * n_items
+        for u, adj in zip(us, adjoints):
+            if adj is None:
+                continue
+            for k, r in enumerate(u.reads):
+                if type(r) is At and u.body.inputs[k] in adj.uses:
+                    read_back[r.item] = True
         self.nest_plan: dict[int, tuple] = {}  # loops whose body is folded in turn
         self.vbase: list[int | None] = [None] * n_items
         self.abase: list[int | None] = [None] * n_items
@@ -142,7 +152,8 @@ class Layout:
         for u, adj in zip(us, adjoints):
             n = u.item
             if (u.loop and self.width[n] and (stored[n] or self.prev_stored[n])) or (
-                not u.loop and (strided[n] or (self.ctx is not None and adj is not None))
+                not u.loop
+                and (strided[n] or (self.ctx is not None and (adj is not None or read_back[n])))
             ):
                 self.vbase[n] = self._take(u.trips * self.width[n])
             nested = program.items[n].inner if u.loop else None

@@ -71,3 +71,34 @@ def test_compiled_step_backward_accumulates_like_micrograd():
 def test_compile_loss_rejects_non_values():
     with pytest.raises(TypeError, match="model.parameters"):
         ad.compile_loss(lambda X: X, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("width", [4, 16])
+def test_wide_network_compiled_matches_eager_and_finite_differences(width):
+    # A loop over examples whose body (the neurons) is folded in turn: the label's
+    # -y[i] is computed once per example, takes no gradient, and the reverse of a
+    # later statement reads it; it must be the value of that example, not the
+    # last one (a regression: it was a local left over from the forward loop).
+    from adcompile.datasets import make_moons
+
+    X, y = make_moons(5, noise=0.1, seed=1)
+    random.seed(0)
+    model = ad.MLP(2, [width, 1])
+
+    def loss_fn(X, y):
+        return sum((1 + -yi * model(xi)).relu() for xi, yi in zip(X, y)) / len(y)
+
+    params = model.parameters()
+    loss_fn(X, y).backward()
+    eager = [p.grad for p in params]
+    model.zero_grad()
+    ad.compile_loss(loss_fn, params)(X, y).backward()
+    np.testing.assert_allclose([p.grad for p in params], eager, rtol=1e-12, atol=1e-14)
+    h, k = 1e-6, 7  # one weight by central differences, as an independent check
+    base = params[k].data
+    params[k].data = base + h
+    up = loss_fn(X, y).data
+    params[k].data = base - h
+    down = loss_fn(X, y).data
+    params[k].data = base
+    assert eager[k] == pytest.approx((up - down) / (2 * h), rel=1e-5, abs=1e-8)
