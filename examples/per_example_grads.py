@@ -44,7 +44,6 @@ def main():
     print(f"per-example gradients: shape {G.shape}")
     print(f"largest difference from a Python loop of ad.grad: {np.max(np.abs(G[:k] - loop)):.1e}")
     print(f"vmap {t_vmap * 1e3:.1f} ms; the Python loop would take about {t_loop * 1e3:.0f} ms")
-    print(f"their mean is the gradient of the mean loss: {np.array2string(G.mean(0), precision=4)}")
 
 
 if __name__ == "__main__":
