@@ -187,11 +187,13 @@ def _summary(rec: dict[str, Any]) -> str:
 
 #: ``adcompile bench NAME ...`` runs these instead of the peer comparison:
 #: first calls in fresh processes (issue 16), per-call overhead against the
-#: Numba kernel and the eager Value against micrograd (issue 17).
+#: Numba kernel and the eager Value against micrograd (issue 17); Hessians,
+#: Jacobians and vmap against hand-written Numba, jax and torch.func (issue 18).
 SIDE_BY_SIDE = {
     "first-call": "first_call",
     "call-overhead": "call_overhead",
     "eager": "eager_side_by_side",
+    "transforms": "transforms",
 }
 
 
@@ -202,8 +204,8 @@ def parse_args(
     ap = argparse.ArgumentParser(
         prog=prog,
         description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md. "
-        "'first-call [--case C]', 'call-overhead' and 'eager' as the first argument run "
-        "those benchmarks instead.",
+        "'first-call [--case C]', 'call-overhead', 'eager' and 'transforms' as the first "
+        "argument run those benchmarks instead.",
     )
     ap.add_argument(
         "--workload",
@@ -277,10 +279,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") 
 
         module = importlib.import_module(f"benchmarks.{SIDE_BY_SIDE[argv[0]]}")
         try:
-            module.main(argv[1:])
+            return int(module.main(argv[1:]) or 0)  # transforms: 1 when an answer was wrong
         except SystemExit as e:
             return int(e.code or 0)
-        return 0
     try:
         a = parse_args(argv, prog)
     except SystemExit as e:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -300,3 +301,51 @@ def test_side_by_side_benchmarks_run_by_name(capsys):
     out = capsys.readouterr().out
     assert "--case" in out and "chain" in out
     assert run.main(["first-call", "--case", "no-such-case"]) == 2
+
+
+# ------------------------------------------------------------- issue 18: benchmarks.transforms
+
+
+def test_transforms_references_match_finite_differences():
+    from benchmarks import transforms as T
+
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-1.5, 1.5, size=7)
+
+    def grad(x):
+        return np.array(W.rosenbrock_reference(x).grad)
+
+    np.testing.assert_allclose(T.rosen_hessian_ref(x), _fd(grad, x).T, rtol=1e-6, atol=1e-5)
+
+    def coupled(x):
+        return np.sin(x) * np.roll(x, -1) + 0.01 * x * np.sum(x * x)
+
+    np.testing.assert_allclose(T.coupled_jacobian_ref(x), _fd(coupled, x).T, rtol=1e-7, atol=1e-8)
+    X = rng.uniform(-1.5, 1.5, size=(4, 5))
+    val, g = T.rosen_rows_ref(X)
+    for row, v, gr in zip(X, val, g):
+        ref = W.rosenbrock_reference(row)
+        assert v == pytest.approx(ref.value, rel=1e-14)
+        np.testing.assert_allclose(gr, ref.grad, rtol=1e-13)
+
+
+def test_transforms_benchmark_checks_every_answer(tmp_path, capsys):
+    from benchmarks import transforms as T
+
+    path = tmp_path / "t.jsonl"
+    argv = ["transforms", "--quick", "--systems", "adcompile,numba", "--json", str(path)]
+    assert run.main(argv) == 0, capsys.readouterr().out
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    assert {r["case"] for r in recs} == set(T.CASES)
+    for r in recs:
+        assert r["status"] == "ok", r
+        assert r["rel_err"] < 1e-8 and r["per_call_s"] > 0
+    assert {r["system"] for r in recs if r["case"] == "vmap"} >= {
+        "adcompile, 1 thread",
+        "numba prange, 1 thread",
+    }
+    # a wrong answer is reported as wrong, and the exit status says so
+    argv = ["transforms", "--quick", "--case", "hvp", "--systems", "adcompile,numba"]
+    assert run.main([*argv, "--inject-wrong", "adcompile"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"hvp n=100 +adcompile +wrong: relative error 1\.00e-06", out), out
