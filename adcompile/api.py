@@ -382,17 +382,14 @@ class Specialisation:
         self.compiled = compiled
         self.call = compiled.call
         self.layout = layout  # per differentiated argument: (start, shape or None)
-        # the result's place in the output array (what vmap stacks), and whether
-        # the generated fast entry (_entry) knows how to unpack it (grad,
-        # value_and_grad and jit of a scalar; ``out`` is given for the others)
-        self.fast = out is None
+        # the result's place in the output array (the fast entry and vmap read it)
         self.out = _out_layout(layout, mode, many) if out is None else out
         self.unpack = _unpacker(layout, mode, many) if out is None else out.unpack
         self.entry: Callable | None = None  # the fast path of calls like the last one
         self.numba: Callable | None = None  # its Numba entry (Transformed.numba)
 
 
-def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
+def _entry(spec: Specialisation, key: tuple) -> Callable:
     """A function of the call's arguments that checks, with a few ``type`` and
     ``shape`` comparisons, that they fit ``spec`` (arguments of ``key``'s shapes),
     runs its compiled code and returns the transform's result; None when they do
@@ -416,20 +413,7 @@ def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
             )
         lines.append("        return None")
         flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
-    if mode == "jit":
-        result = "out.item(0)"
-    else:
-        grads = []
-        for start, shape in spec.layout:
-            if shape is None:
-                grads.append(f"out.item({start})")
-            elif not many and len(shape) == 1:
-                grads.append(f"out[{start}:]")
-            else:
-                size = int(np.prod(shape))
-                grads.append(f"out[{start}:{start + size}].reshape({shape!r})")
-        g = f"({', '.join(grads)},)" if many else grads[0]
-        result = g if mode == "grad" else f"(out.item(0), {g})"
+    result = _result_text(spec.out)
     compiled = spec.compiled
     folded = getattr(compiled, "folded", None)
     direct = compiled.fn if compiled.kind == "straight-line" else None
@@ -459,6 +443,28 @@ def _entry(spec: Specialisation, key: tuple, mode: str, many: bool) -> Callable:
         ns.update(local=folded.local, columns=folded.columns)
     exec(compile("\n".join(lines), f"<adcompile entry of {spec.compiled.kind} code>", "exec"), ns)
     return ns["entry"]
+
+
+def _result_text(layout: OutLayout) -> str:
+    """The expression that builds the transform's result from ``out`` (as
+    ``layout.unpack`` does), for the generated entry."""
+    parts = []
+    for start, shape in layout.parts:
+        if shape is None:
+            parts.append(f"out.item({start})")
+        else:
+            part = f"out[{start}:{start + int(np.prod(shape))}]"
+            parts.append(part if len(shape) == 1 else f"{part}.reshape({shape!r})")
+
+    def walk(tree: Any) -> str:
+        if isinstance(tree, int):
+            return parts[tree]
+        items = [walk(t) for t in tree[1]]
+        if tree[0] == "list":
+            return f"[{', '.join(items)}]"
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+
+    return walk(layout.tree)
 
 
 def _native(fn: Any) -> Any:
@@ -616,9 +622,9 @@ class Transformed:
                     spec = self._specialise(key, args)
                     spec.call(*flat)
                 self._raise_nonfinite(spec, flat, args)
-        elif not self._caps.hidden and not self._caps.watched and spec.fast:
+        elif not self._caps.hidden and not self._caps.watched:
             if spec.entry is None:
-                spec.entry = _entry(spec, key, self.mode, self._many)
+                spec.entry = _entry(spec, key)
             self._fast = spec.entry
         else:
             self._fast = None
