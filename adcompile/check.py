@@ -166,12 +166,7 @@ class GradReport:
             cells = "  ".join(_cell(self.column(m, i)) for m in cols)
             mark = "  <- MISMATCH" if i in failed else ""
             rows.append(f"{label:{width}}  {cells}{mark}")
-        t = self.tolerances
-        rows.append(
-            f"exact methods agree to rtol={t['rtol']:g}, atol={t['atol']:g}; finite "
-            f"differences to rtol={t['fd_rtol']:g}, atol={t['fd_atol']:g}"
-        )
-        rows.extend(f"note: {n}" for n in self.notes)
+        rows.extend(_footer(self.tolerances, self.notes))
         rows.extend(f"singular for {line}" for line in self.singular_lines())
         rows.append(self.status() if self.ok or self.failures else f"{self.status()}: {SINGULAR}")
         return "\n".join(rows)
@@ -249,6 +244,15 @@ def _agree(xs: Sequence[float], rtol: float, atol: float) -> bool:
         return len(set(xs)) == 1
     lo, hi = min(xs), max(xs)
     return hi - lo <= atol + rtol * max(abs(lo), abs(hi))
+
+
+def _footer(t: dict[str, float], notes: list[str]) -> list[str]:
+    """A report's lines saying the tolerances and what was skipped."""
+    return [
+        f"exact methods agree to rtol={t['rtol']:g}, atol={t['atol']:g}; finite "
+        f"differences to rtol={t['fd_rtol']:g}, atol={t['fd_atol']:g}",
+        *(f"note: {n}" for n in notes),
+    ]
 
 
 def _cell(v: float | None) -> str:
@@ -612,12 +616,7 @@ class JacobianReport:
         rows = [f"check_jacobian({self.name}): every derivative by every method"]
         for table in self.tables.values():
             rows.extend(table.lines())
-        t = self.tolerances
-        rows.append(
-            f"exact methods agree to rtol={t['rtol']:g}, atol={t['atol']:g}; finite "
-            f"differences to rtol={t['fd_rtol']:g}, atol={t['fd_atol']:g}"
-        )
-        rows.extend(f"note: {n}" for n in self.notes)
+        rows.extend(_footer(self.tolerances, self.notes))
         rows.extend(f"singular: {line}" for line in self.singular_lines())
         rows.append(self.status())
         return "\n".join(rows)
@@ -796,21 +795,15 @@ def check_jacobian(
     }
     fd = _finite_differences(tape, point, positions, labels, notes)
     on_kink = _on_kink(tape, point, notes, sym is not None)
-    entries = [f"d {o} / d {i}" for o in outs for i in labels]
-    tables["jacobian"] = Table(
+    tables["jacobian"] = _derivative_table(
         "jacobian: every output by every input",
-        entries,
-        {
-            "reverse": jac["reverse"].ravel(),
-            "forward": jac["forward"].ravel(),
-            "sympy": None if sym_jac is None else sym_jac.ravel(),
-            "finite diff": fd.ravel(),
-        },
-        ("reverse", "forward") if on_kink else ("reverse", "forward", "sympy"),
+        [f"d {o} / d {i}" for o in outs for i in labels],
+        {"reverse": jac["reverse"], "forward": jac["forward"]},
+        sym_jac,
+        fd,
+        on_kink,
         tolerances,
-        fd="finite diff",
-        scale=np.repeat(vals, len(positions)),
-        same_arithmetic=("reverse", "forward"),
+        np.repeat(vals, len(positions)),
     )
 
     J = jac["reverse"]
@@ -829,20 +822,15 @@ def check_jacobian(
         g = grad_tape(tape, wrt=positions)
         fdh = _finite_differences(g, point, positions, labels, notes)[1:]
         grad = np.array(interpret.evaluate(g, point)[1:])
-        tables["hessian"] = Table(
+        tables["hessian"] = _derivative_table(
             "hessian: every pair of inputs",
             [f"d2 {name} / d {a} d {b}" for a in labels for b in labels],
-            {
-                "hessian": H.ravel(),
-                "transpose": H.T.ravel(),
-                "sympy": None if sym_hess is None else sym_hess.ravel(),
-                "finite diff": fdh.ravel(),
-            },
-            ("hessian", "transpose") if on_kink else ("hessian", "transpose", "sympy"),
+            {"hessian": H, "transpose": H.T},
+            sym_hess,
+            fdh,
+            on_kink,
             tolerances,
-            fd="finite diff",
-            scale=np.repeat(grad, len(positions)),
-            same_arithmetic=("hessian", "transpose"),
+            np.repeat(grad, len(positions)),
         )
         if nums == [0] and not many:
             hv = hvp(fun)(args[0], tangents[0], *args[1:])
@@ -867,6 +855,35 @@ def check_jacobian(
             stacklevel=2,
         )
     return report
+
+
+def _derivative_table(
+    title: str,
+    labels: list[str],
+    compiled: dict[str, np.ndarray],
+    sym: np.ndarray | None,
+    fd: np.ndarray,
+    on_kink: bool,
+    tolerances: dict[str, float],
+    scale: np.ndarray,
+) -> Table:
+    """A matrix of derivatives by two compiled methods (held to agree even where inf or
+    nan), SymPy (not compared on a kink) and finite differences, entry by entry."""
+    names = list(compiled)
+    return Table(
+        title,
+        labels,
+        {
+            **{m: a.ravel() for m, a in compiled.items()},
+            "sympy": None if sym is None else sym.ravel(),
+            "finite diff": fd.ravel(),
+        },
+        names if on_kink else [*names, "sympy"],
+        tolerances,
+        fd="finite diff",
+        scale=scale,
+        same_arithmetic=names,
+    )
 
 
 def _on_kink(tape: Tape, point: np.ndarray, notes: list[str], sympy_present: bool) -> bool:

@@ -18,33 +18,16 @@ def prims():
     """Primitives with right and wrong rules, removed from the op table afterwards."""
     n = len(OPS)
     cos = ad.cos
+
+    def sine(name, vjp, jvp=None):
+        return primitive(math.sin, vjp=vjp, jvp=jvp, code="math.sin({0})", sympy="sin", name=name)
+
     p = {
-        # vjp wrong (3 cos x), SymPy form right
-        "badvjp": primitive(
-            math.sin,
-            vjp=lambda g, out, x: g * 3.0 * cos(x),
-            code="math.sin({0})",
-            sympy="sin",
-            name="cj_badvjp",
+        "badvjp": sine("cj_badvjp", lambda g, out, x: g * 3.0 * cos(x)),  # wrong: 3 cos x
+        "badjvp": sine(  # vjp right, its own forward rule wrong (2 cos x)
+            "cj_badjvp", lambda g, out, x: g * cos(x), lambda t, out, x: t * 2.0 * cos(x)
         ),
-        # vjp right, its own forward rule wrong (2 cos x)
-        "badjvp": primitive(
-            math.sin,
-            vjp=lambda g, out, x: g * cos(x),
-            jvp=lambda t, out, x: t * 2.0 * cos(x),
-            code="math.sin({0})",
-            sympy="sin",
-            name="cj_badjvp",
-        ),
-        # both right
-        "goodjvp": primitive(
-            math.sin,
-            vjp=lambda g, out, x: g * cos(x),
-            jvp=lambda t, out, x: t * cos(x),
-            code="math.sin({0})",
-            sympy="sin",
-            name="cj_goodjvp",
-        ),
+        "goodjvp": sine("cj_goodjvp", lambda g, out, x: g * cos(x), lambda t, out, x: t * cos(x)),
     }
     yield p
     for name in list(OPS)[n:]:

@@ -204,23 +204,20 @@ _args = dict(
 )
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+#: hypothesis settings of every test here: no deadline (Numba compiles), many assume()s
+PATIENT = dict(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
+
+
+@settings(max_examples=25, derandomize=True, **PATIENT)
 @given(src=programs(), **_args)
 def test_backends_agree_on_random_programs(src, x, y, a):
     check_program(src, x, y, a, with_sympy=False)
 
 
 @pytest.mark.fuzz
-@settings(
-    max_examples=max(LONG, 300),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(max_examples=max(LONG, 300), **PATIENT)
 @given(src=programs(), **_args)
 def test_backends_agree_long_profile(src, x, y, a):
     check_program(src, x, y, a, with_sympy=True)
@@ -306,23 +303,14 @@ _transform_args = dict(
 )
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(max_examples=8, derandomize=True, **PATIENT)
 @given(src=programs(), **_transform_args)
 def test_transforms_agree_on_random_programs(src, x, y, a, t):
     check_transforms(src, x, y, a, t, with_sympy=False)
 
 
 @pytest.mark.fuzz
-@settings(
-    max_examples=max(LONG // 4, 100),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(max_examples=max(LONG // 4, 100), **PATIENT)
 @given(src=programs(), **_transform_args)
 def test_transforms_agree_long_profile(src, x, y, a, t):
     check_transforms(src, x, y, a, t, with_sympy=True)
