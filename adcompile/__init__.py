@@ -18,7 +18,7 @@ from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
 from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
 from .extend import Function, primitive  # isort: skip  (user-defined primitives)
-from .check import GradReport, GradientMismatch, check_grad  # isort: skip
+from .check import GradReport, GradientMismatch, JacobianReport, check_grad, check_jacobian  # isort: skip
 
 # ad.tensor is a function (it shadows the module adcompile.tensor, as ad.jit does).
 from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
@@ -104,6 +104,8 @@ __all__ = [
     "GradReport",
     "GradientMismatch",
     "check_grad",
+    "JacobianReport",
+    "check_jacobian",
     "to_sympy",
     "from_sympy",
     "sympy_value_and_grad",

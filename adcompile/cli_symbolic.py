@@ -163,7 +163,7 @@ def _fail(command: str, message: str) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     """``adcompile check``: the gradient by every method; 1 on a mismatch."""
-    from .check import GradientMismatch, check_grad
+    from .check import check_grad, check_jacobian
 
     try:
         formula = parse_formula(args.expr)
@@ -176,19 +176,32 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"value {formula.fn()!r}; no variables, so no gradient")
         return 0
     argnums = tuple(range(len(point)))
+    code = _report(check_grad, formula, point, argnums, args)
+    if code == 0 and args.hessian:
+        print()
+        return _report(check_jacobian, formula, point, argnums, args)
+    return code
+
+
+def _report(
+    check: Callable[..., Any], formula: Formula, point: list[float], argnums: tuple, args: Any
+) -> int:
+    """Run ``check`` (check_grad or check_jacobian) on the formula and print its report;
+    1 on a mismatch (its first line on stderr), a singular point's warning on stderr."""
+    from .check import GradientMismatch
+
     try:
-        with warnings.catch_warnings():  # a singular point: the report says so, and stderr
-            warnings.simplefilter("ignore", RuntimeWarning)
-            report = check_grad(
-                formula.fn, *point, argnums=argnums, rtol=args.rtol, atol=args.atol
-            )
+        with warnings.catch_warnings(record=True) as caught:  # the report says so, and stderr
+            warnings.simplefilter("always", RuntimeWarning)
+            report = check(formula.fn, *point, argnums=argnums, rtol=args.rtol, atol=args.atol)
     except GradientMismatch as e:
         print(e)
         print(f"adcompile check: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     print(report)
-    if report.singular:
-        print(f"adcompile check: warning: {report.singular_warning()}", file=sys.stderr)
+    for w in caught:  # the check's own warning, not NumPy's on the way
+        if str(w.message).startswith(("check_grad(", "check_jacobian(")):
+            print(f"adcompile check: warning: {w.message}", file=sys.stderr)
     return 0
 
 
@@ -211,10 +224,35 @@ def run_grad(args: argparse.Namespace) -> int:
     print(f"{formula.signature()} = {value}")
     for v, g in zip(formula.variables, grads):
         print(f"df/d{v} = {g}")
+    if args.hessian:
+        _print_hessian(formula, tape, point if args.at else None)
     if args.code:
         print()
         print(show_code(formula.fn, *point), end="")
     return 0
+
+
+def _print_hessian(formula: Formula, tape: Any, point: list[float] | None) -> None:
+    """``grad --hessian``: each second derivative (the upper triangle, by forward over
+    reverse mode on the tape) in SymPy form, and with a point the compiled Hessian there."""
+    from .forward import hessian_tape
+    from .symbolic import tape_to_sympy
+    from .transforms import hessian
+
+    names = formula.variables
+    n = len(names)
+    entries = tape_to_sympy(hessian_tape(tape, list(range(n))))
+    for i in range(n):
+        for j in range(i, n):
+            by = f"d{names[i]}^2" if i == j else f"d{names[i]} d{names[j]}"
+            print(f"d2f/{by} = {entries[i * n + j]}")
+    if point is None:
+        return
+    blocks = hessian(formula.fn, argnums=tuple(range(n)))(*point)
+    at = ", ".join(f"{v}={x!r}" for v, x in zip(names, point))
+    print(f"Hessian at {at} (rows and columns {', '.join(names)}):")
+    for row in blocks:
+        print("  " + "  ".join(f"{float(h):>22.15g}" for h in row))
 
 
 def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -244,6 +282,11 @@ def add_check_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=1e-9,
         help="absolute tolerance of the exact methods, a number >= 0 (default 1e-9)",
     )
+    p.add_argument(
+        "--hessian",
+        action="store_true",
+        help="also check the Hessian, Hessian-vector product and jvp (check_jacobian)",
+    )
     p.set_defaults(func=run_check)
     return p
 
@@ -260,11 +303,17 @@ def add_grad_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("expr", help='a formula, such as "sin(x)*y + exp(x/y)"')
     p.add_argument("--code", action="store_true", help="also print the generated adjoint code")
     p.add_argument(
+        "--hessian",
+        action="store_true",
+        help="also print the second derivatives (forward over reverse mode) and, with --at, "
+        "the Hessian's numbers there",
+    )
+    p.add_argument(
         "--at",
         action="append",
         metavar="x=1,y=2",
         help="where to trace (default 0.5 for every variable; a formula has no branches, "
-        "so this only matters for --code's specialisation)",
+        "so this only matters for --code's specialisation and --hessian's numbers)",
     )
     p.set_defaults(func=run_grad)
     return p

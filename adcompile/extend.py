@@ -24,6 +24,10 @@ floats and records on traced Values alike::
     ad.grad(lambda x: erf(x) ** 2)(0.5)  # compiled
     ad.check_grad(lambda x: erf(x), 0.5)  # raises GradientMismatch if vjp is wrong
 
+An optional ``jvp=`` gives a forward (tangent) rule of the same form,
+``(t, out, *args) -> tangent contribution``, which forward mode then uses
+instead of ``vjp``; ``check_grad`` and ``check_jacobian`` compare it too.
+
 Compiled code needs an expression for the primitive. Give it as ``code``, a
 template over ``math`` and the operands ``{0}``, ``{1}`` (what Numba
 compiles). Without ``code``, the function is traced once with adcompile
@@ -163,7 +167,7 @@ def _sympy_of(tape: Any) -> Callable:
     return form
 
 
-def _checked_rule(rule: Callable, name: str, k: int) -> Callable:
+def _checked_rule(rule: Callable, name: str, k: int, kind: str = "vjp") -> Callable:
     """``rule``, refusing to freeze a traced Value into a float or to branch on one."""
 
     def checked(g: Any, out: Any, *args: Any) -> Any:
@@ -186,7 +190,7 @@ def _checked_rule(rule: Callable, name: str, k: int) -> Callable:
             )
         return c
 
-    checked.__name__ = f"{name}_vjp{k}"
+    checked.__name__ = f"{name}_{kind}{k}"
     return checked
 
 
@@ -198,6 +202,7 @@ def _define(
     sympy: str | Callable | None,
     domain: tuple[float, float],
     smooth: bool,
+    jvp: Callable | Sequence[Callable | None] | None = None,
 ) -> Op:
     """Check everything, then register the op (the same call the built-in ops use)."""
     if not name.isidentifier() or name.startswith("_"):
@@ -218,6 +223,19 @@ def _define(
             else f"a tuple of {arity} functions (g, out, *args) -> contribution, one per argument"
         )
         raise TypeError(f"primitive {name!r} takes {arity} argument(s): vjp must be {want}")
+    tangents = () if jvp is None else (jvp,) if callable(jvp) else tuple(jvp)
+    if jvp is not None and (
+        len(tangents) != arity or not all(r is None or callable(r) for r in tangents)
+    ):
+        raise TypeError(
+            f"primitive {name!r} takes {arity} argument(s): jvp must be "
+            + (
+                "one function (t, out, x) -> tangent"
+                if arity == 1
+                else f"a tuple of {arity} "
+                "functions (t, out, *args) -> tangent contribution, one per argument"
+            )
+        )
     if code is None or sympy is None:
         tape = _traced(fn, arity)
         if code is None:
@@ -242,6 +260,10 @@ def _define(
             sympy,
             domain,
             smooth=smooth,
+            jvp=tuple(
+                None if r is None else _checked_rule(r, name, k, "jvp")
+                for k, r in enumerate(tangents)
+            ),
         )
     )
 
@@ -268,14 +290,20 @@ def primitive(
     sympy: str | Callable | None = None,
     domain: tuple[float, float] = (-3.0, 3.0),
     smooth: bool = True,
+    jvp: Callable | Sequence[Callable | None] | None = None,
 ) -> Callable:
-    """Register ``fn`` with derivative rule(s) ``vjp`` as a primitive; its function (``.op``)."""
+    """Register ``fn`` with derivative rule(s) ``vjp`` as a primitive; its function (``.op``).
+
+    ``jvp`` (optional, the same form with the tangent ``t`` in place of ``g``) is a forward
+    rule of its own for forward mode (``jvp``, ``jacobian(mode="forward")``, ``hessian``);
+    without it forward mode uses ``vjp``. ``check_grad`` and ``check_jacobian`` check both.
+    """
 
     def define(fn: Callable) -> Callable:
         op_name = name or getattr(fn, "__name__", "")
         if op_name == "<lambda>":
             raise ValueError("primitive: a lambda needs name=...")
-        return _public(_define(op_name, fn, vjp, code, sympy, domain, smooth), fn)
+        return _public(_define(op_name, fn, vjp, code, sympy, domain, smooth, jvp), fn)
 
     return define if fn is None else define(fn)
 

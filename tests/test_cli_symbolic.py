@@ -6,6 +6,7 @@ import argparse
 import math
 import re
 
+import numpy as np
 import pytest
 
 import adcompile as ad
@@ -82,6 +83,9 @@ def test_check_mismatch_exits_1(capsys, badsin):
         (("check", "x", "--at", "x"), "name=value"),
         (("grad", "2 + pi"), "no variables"),
         (("grad", "lambda: 1"), "not allowed"),
+        (("grad", "sin(x", "--hessian"), "cannot parse"),
+        (("grad", "x*y", "--hessian", "--at", "x=1"), "no value for y"),
+        (("check", "x*y", "--at", "x=1", "--hessian"), "no value for y"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -119,3 +123,83 @@ def test_parse_formula_builds_a_function_over_adcompile():
     assert parse_point(["b=2", "a=1"], formula.variables) == [1.0, 2.0]
     with pytest.raises(FormulaError):
         parse_formula("import os")
+
+
+def _hessian_rows(out: str) -> np.ndarray:
+    """The numbers printed under ``Hessian at ...``."""
+    lines = out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("Hessian at")) + 1
+    rows = []
+    for line in lines[start:]:
+        try:
+            rows.append([float(x) for x in line.split()])
+        except ValueError:
+            break
+    return np.array(rows)
+
+
+def test_grad_hessian_prints_second_derivatives(capsys):
+    assert run("grad", "sin(x)*y", "--hessian") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3:] == ["d2f/dx^2 = -y*sin(x)", "d2f/dx dy = cos(x)", "d2f/dy^2 = 0"]
+
+
+def test_grad_hessian_at_a_point_prints_its_numbers(capsys):
+    assert run("grad", "sin(x)*y + x*x*x*y", "--hessian", "--at", "x=0.5,y=2") == 0
+    out = capsys.readouterr().out
+    assert "Hessian at x=0.5, y=2.0 (rows and columns x, y):" in out
+    # by hand: f_xx = -y sin x + 6 x y, f_xy = cos x + 3 x^2, f_yy = 0
+    fxy = math.cos(0.5) + 0.75
+    hand = [[-2 * math.sin(0.5) + 6.0, fxy], [fxy, 0.0]]
+    np.testing.assert_allclose(_hessian_rows(out), hand, rtol=1e-14, atol=1e-15)
+
+
+def test_check_hessian_runs_check_jacobian(capsys):
+    assert run("check", "x*x*y", "--at", "x=1,y=2", "--hessian") == 0
+    out = capsys.readouterr().out
+    assert "check_grad(f)" in out and "check_jacobian(f)" in out
+    # H = [[2y, 2x], [2x, 0]] at (1, 2), by hand
+    rows = {
+        line.split()[4] + line.split()[6]: [float(x) for x in line.split()[7:11]]
+        for line in out.splitlines()
+        if line.startswith("d2 f / d ")
+    }
+    assert rows["xx"][:3] == [4.0, 4.0, 4.0] and rows["xy"][:3] == [2.0, 2.0, 2.0]
+    assert rows["yx"][:3] == [2.0, 2.0, 2.0] and rows["yy"][:3] == [0.0, 0.0, 0.0]
+    assert out.rstrip().endswith("OK")
+
+
+@pytest.fixture
+def bad_second():
+    """``clit_mysin`` with a right first derivative ``clit_mycos`` whose own rule is wrong:
+    the gradient is right, the Hessian is not."""
+    n = len(OPS)
+    mycos = primitive(
+        math.cos,
+        vjp=lambda g, out, x: g * ad.sin(x),  # wrong sign
+        code="math.cos({0})",
+        sympy="cos",
+        name="clit_mycos",
+    )
+    primitive(
+        math.sin,
+        vjp=lambda g, out, x: g * mycos(x),
+        code="math.sin({0})",
+        sympy="sin",
+        name="clit_mysin",
+    )
+    yield "clit_mysin"
+    for name in list(OPS)[n:]:
+        del OPS[name]
+
+
+def test_check_hessian_catches_a_wrong_second_derivative(capsys, bad_second):
+    assert run("check", f"{bad_second}(x) * y", "--at", "x=0.5,y=2") == 0  # gradient fine
+    capsys.readouterr()
+    assert run("check", f"{bad_second}(x) * y", "--at", "x=0.5,y=2", "--hessian") == 1
+    captured = capsys.readouterr()
+    assert "MISMATCH" in captured.out
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1
+    assert err.startswith("adcompile check: jacobian check failed for hessian d2 f / d x d x")
+    assert f"sympy={-2 * math.sin(0.5)!r}"[:20] in err  # the true f_xx = -y sin x

@@ -204,23 +204,113 @@ _args = dict(
 )
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+#: hypothesis settings of every test here: no deadline (Numba compiles), many assume()s
+PATIENT = dict(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
 )
+
+
+@settings(max_examples=25, derandomize=True, **PATIENT)
 @given(src=programs(), **_args)
 def test_backends_agree_on_random_programs(src, x, y, a):
     check_program(src, x, y, a, with_sympy=False)
 
 
 @pytest.mark.fuzz
-@settings(
-    max_examples=max(LONG, 300),
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+@settings(max_examples=max(LONG, 300), **PATIENT)
 @given(src=programs(), **_args)
 def test_backends_agree_long_profile(src, x, y, a):
     check_program(src, x, y, a, with_sympy=True)
+
+
+# ------------------------------------------------------------------ beyond the gradient
+
+
+def _as_vector(f):
+    """``f(x, y, a)`` as a function of one vector ``v = [x, y, a0, a1, a2]``."""
+
+    def fv(v):
+        return f(v[0], v[1], v[2:5])
+
+    return fv
+
+
+def _fd_jacobian(g, v, h=1e-6):
+    """Central differences of the vector function ``g`` (columns: the entries of ``v``)."""
+    cols = []
+    for i in range(len(v)):
+        vp, vm = v.copy(), v.copy()
+        vp[i] += h
+        vm[i] -= h
+        cols.append((np.asarray(g(vp), float) - np.asarray(g(vm), float)) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+def check_transforms(src: str, x: float, y: float, a: np.ndarray, t, with_sympy: bool) -> None:
+    """hessian, hvp, jvp, jacobian (both modes) and vmap(grad) of a random program, each
+    against something computed another way."""
+    note(src)
+    f = _compile(src)
+    fv = _as_vector(f)
+    v = np.array([x, y, *a])
+    tape = ad.trace(fv, v)
+    vals = interpret.values(tape, list(v))
+    # stay away from branch thresholds: finite differences of the gradient step ±1e-6
+    assume(all(abs(vals[g.a] - vals[g.b]) > 1e-3 for g in tape.guards))
+    val, grads = interpret.value_and_grad(tape, list(v))
+    assume(math.isfinite(val) and all(map(math.isfinite, grads)) and abs(val) < 1e6)
+    grad = ad.grad(fv)
+    g = grad(v)
+    np.testing.assert_allclose(g, grads, rtol=1e-11, atol=1e-13)
+
+    H = ad.hessian(fv)(v)
+    assert H.shape == (5, 5)
+    np.testing.assert_allclose(H, H.T, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(H, _fd_jacobian(grad, v), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ad.hvp(fv)(v, t), H @ t, rtol=1e-9, atol=1e-11)
+    out, tangent = ad.jvp(fv, (v,), (t,))
+    np.testing.assert_allclose(out, val, rtol=1e-12, atol=1e-300)
+    np.testing.assert_allclose(tangent, g @ t, rtol=1e-9, atol=1e-11)
+
+    # a vector version: f at v, at v shifted, and at a permutation of v
+    def fm(w):
+        return [fv(w), fv(w * 0.5 + 0.1), fv(w[::-1] * 0.9)]
+
+    shifted = [v * 0.5 + 0.1, v[::-1] * 0.9]
+    stacked = np.stack([g, grad(shifted[0]) * 0.5, (grad(shifted[1]) * 0.9)[::-1]])
+    for mode in ("reverse", "forward"):
+        J = ad.jacobian(fm, mode=mode)(v)
+        np.testing.assert_allclose(np.array(J), stacked, rtol=1e-10, atol=1e-12)
+
+    points = np.stack([v, v * 0.9, v + 0.05])
+    batched = ad.vmap(grad)(points)
+    np.testing.assert_allclose(batched, [grad(p) for p in points], rtol=1e-12, atol=1e-13)
+
+    if with_sympy:
+        symbolic = pytest.importorskip("adcompile.symbolic")
+        sp = pytest.importorskip("sympy")
+        (expr,) = symbolic.tape_to_sympy(tape)
+        syms = [sp.Symbol(n) for n in tape.names]
+        firsts = [sp.diff(expr, p) for p in syms]
+        second = sp.lambdify(syms, [[sp.diff(d, q) for q in syms] for d in firsts], "mpmath")
+        want = np.array(second(*v), dtype=float)  # evalf(subs=...) is minutes here
+        np.testing.assert_allclose(H, want, rtol=1e-8, atol=1e-10)
+
+
+_transform_args = dict(
+    **_args,
+    t=st.lists(st.floats(-1, 1), min_size=5, max_size=5).map(np.array),
+)
+
+
+@settings(max_examples=8, derandomize=True, **PATIENT)
+@given(src=programs(), **_transform_args)
+def test_transforms_agree_on_random_programs(src, x, y, a, t):
+    check_transforms(src, x, y, a, t, with_sympy=False)
+
+
+@pytest.mark.fuzz
+@settings(max_examples=max(LONG // 4, 100), **PATIENT)
+@given(src=programs(), **_transform_args)
+def test_transforms_agree_long_profile(src, x, y, a, t):
+    check_transforms(src, x, y, a, t, with_sympy=True)
