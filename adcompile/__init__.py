@@ -13,6 +13,7 @@ from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # 
 from .step import compile_loss  # isort: skip
 from .transforms import hessian, hvp, jacobian, jvp  # isort: skip
 from .vmap import vmap  # isort: skip
+from .export import export  # isort: skip
 from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
 from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
@@ -82,6 +83,7 @@ __all__ = [
     "jvp",
     "hvp",
     "vmap",
+    "export",
     "compile_loss",
     "datasets",
     "nn",
