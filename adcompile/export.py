@@ -507,9 +507,10 @@ def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -
         code = straight_line(compiled.tape, fname, params, doc, lang="c")
         messages = _guard_messages(compiled.tape, params)
     else:
+        kind = getattr(getattr(compiled, "one", compiled), "kind", "folded")
         raise NotImplementedError(
             f"target='c' prints straight-line code only; {what} at these shapes is "
-            f"{getattr(compiled, 'kind', 'folded')} code ({compiled.explanation.split('.')[0]}). "
+            f"{kind} code ({compiled.explanation.split('.')[0]}). "
             "Export it with target='python', or at smaller shapes"
         )
     proto = f"int {fname}({', '.join([*sig_params, 'double* out'])});"
