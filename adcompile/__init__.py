@@ -14,6 +14,7 @@ from .step import compile_loss  # isort: skip
 from .transforms import hessian, hvp, jacobian, jvp  # isort: skip
 from .vmap import vmap  # isort: skip
 from .explain import explain  # isort: skip
+from .export import export  # isort: skip
 from . import datasets, nn, optim  # isort: skip  (ad.nn.Linear, ad.optim.Adam)
 from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
@@ -84,6 +85,7 @@ __all__ = [
     "hvp",
     "vmap",
     "explain",
+    "export",
     "compile_loss",
     "datasets",
     "nn",

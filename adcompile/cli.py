@@ -131,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--help-bench", "-h", "--help", action="store_true", dest="bench_help")
     p.set_defaults(run=cmd_bench)
 
-    from .cli_symbolic import add_check_parser, add_grad_parser
+    from .cli_symbolic import add_check_parser, add_export_parser, add_grad_parser
 
-    for add in (add_check_parser, add_grad_parser):
+    for add in (add_check_parser, add_grad_parser, add_export_parser):
         p = add(sub)
         p.set_defaults(run=p.get_default("func"))
     return parser

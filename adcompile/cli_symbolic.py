@@ -20,11 +20,18 @@ import math
 import sys
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .ops import OPS, Op, apply
 
-__all__ = ["add_check_parser", "add_grad_parser", "parse_formula", "FormulaError"]
+__all__ = [
+    "add_check_parser",
+    "add_export_parser",
+    "add_grad_parser",
+    "parse_formula",
+    "FormulaError",
+]
 
 ALIASES = {
     "asin": "arcsin",
@@ -316,4 +323,72 @@ def add_grad_parser(subparsers: Any) -> argparse.ArgumentParser:
         "so this only matters for --code's specialisation and --hessian's numbers)",
     )
     p.set_defaults(func=run_grad)
+    return p
+
+
+#: What ``adcompile export`` offers (``hvp`` and ``jvp`` take vectors: use ``ad.export``).
+EXPORT_TRANSFORMS = ("value", "grad", "value_and_grad", "jacobian", "hessian")
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """``adcompile export``: a formula's transform as standalone Python or C source."""
+    from .export import TARGETS, export
+
+    if args.target not in TARGETS:
+        return _fail("export", f"unknown target {args.target!r}; choose python or c")
+    if args.transform not in EXPORT_TRANSFORMS:
+        choices = ", ".join(EXPORT_TRANSFORMS)
+        return _fail("export", f"unknown transform {args.transform!r}; choose one of {choices}")
+    try:
+        formula = parse_formula(args.expr)
+        point = parse_point(args.at, formula.variables) if args.at else None
+    except FormulaError as e:
+        return _fail("export", str(e))
+    if not formula.variables and args.transform != "value":
+        return _fail("export", f"{formula.text!r} has no variables to differentiate by")
+    point = point or [0.5] * len(formula.variables)
+    try:
+        text = export(
+            formula.fn,
+            *point,
+            transform=args.transform,
+            target=args.target,
+            path=args.output,
+            argnums=tuple(range(len(point))),
+        )
+    except OSError as e:
+        return _fail("export", f"cannot write {args.output}: {e.strerror}")
+    if args.output is None:
+        print(text, end="")
+    else:
+        also = f" and {Path(args.output).with_suffix('.h')}" if args.target == "c" else ""
+        print(f"wrote {args.output}{also}", file=sys.stderr)
+    return 0
+
+
+def add_export_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``export EXPR [--target c|python] [-o FILE] [--transform T] [--at ...]``."""
+    p = subparsers.add_parser(
+        "export",
+        help="print standalone Python or C source of a formula's value and gradient",
+        description="Print (or write with -o) a standalone module computing a transform of a "
+        "formula, f(variables sorted by name), differentiated by every variable: Python "
+        "needing only math and numpy, or C99 needing only <math.h> (with -o FILE.c, the "
+        "header is written beside it as FILE.h). Exit 2 on a bad formula or option.",
+    )
+    p.add_argument("expr", help='a formula, such as "sin(x)*y"')
+    p.add_argument("--target", default="python", help="python (default) or c")
+    p.add_argument(
+        "--transform",
+        default="value_and_grad",
+        help=f"one of {', '.join(EXPORT_TRANSFORMS)} (default value_and_grad)",
+    )
+    p.add_argument("-o", "--output", metavar="FILE", help="write the source there")
+    p.add_argument(
+        "--at",
+        action="append",
+        metavar="x=1,y=2",
+        help="where to trace (default 0.5 for every variable)",
+    )
+    p.set_defaults(func=run_export)
     return p

@@ -12,6 +12,7 @@ Two forms:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,14 +71,48 @@ def py_ident(name: str) -> str:
     return out if out and not out[0].isdigit() else "_" + out
 
 
-def straight_line(tape: Tape, fname: str, params: Sequence[Param], doc: str = "") -> str:
+def literal(value: float, lang: str = "python") -> str:
+    """A float as a literal of generated code (``math.inf`` / C's ``INFINITY``;
+    a negative number parenthesised in C, where ``--1.0`` would not parse)."""
+    if value != value:
+        return "math.nan" if lang == "python" else "NAN"
+    if value in (math.inf, -math.inf):
+        sign = "-" if value < 0 else ""
+        return f"{sign}math.inf" if lang == "python" else f"({sign}INFINITY)"
+    text = repr(float(value))
+    return f"({text})" if lang == "c" and text.startswith("-") else text
+
+
+def c_comment(text: str) -> str:
+    """``text`` as a C comment (a ``*/`` inside cannot end it)."""
+    return "/* " + text.replace("*/", "* /") + " */"
+
+
+def straight_line(
+    tape: Tape,
+    fname: str,
+    params: Sequence[Param],
+    doc: str = "",
+    status: bool = False,
+    lang: str = "python",
+) -> str:
     """Source of ``def fname(*params, out) -> bool``: writes the outputs to ``out``
-    and returns False when a guard recorded while tracing does not hold."""
+    and returns False when a guard recorded while tracing does not hold.
+
+    With ``status`` it returns 0 instead of True, and ``k`` (1-based) when
+    ``tape.guards[k - 1]`` fails. ``lang="c"`` prints the same code as a C99
+    function ``int fname(...)`` (always with status): array parameters are
+    ``const double*``, scalars ``double``, and ``out`` is ``double*``; each op
+    is printed from its ``c`` template.
+    """
+    c = lang == "c"
     names = _final_names(tape)
 
     def operand(i: int) -> str:
         node = tape.nodes[i]
-        return repr(node.value) if node.op == CONST else names[i]
+        if node.op == CONST:
+            return literal(node.value, lang)
+        return names[i]
 
     # which argument element each input slot reads
     sources = []
@@ -90,14 +125,30 @@ def straight_line(tape: Tape, fname: str, params: Sequence[Param], doc: str = ""
 
     # each guard is checked as soon as its operands are computed
     guard_at: dict[int, list] = {}
-    for g in tape.guards:
+    for k, g in enumerate(tape.guards):
         computed = [s for s in (g.a, g.b) if tape.nodes[s].op != CONST]
-        guard_at.setdefault(max(computed, default=-1), []).append(g)
+        guard_at.setdefault(max(computed, default=-1), []).append((k + 1, g))
 
-    arglist = ", ".join([p.name for p in params] + ["out"])
-    lines = [f"def {fname}({arglist}):"]
-    if doc:
-        lines.append(f'    """{doc}"""')
+    declared: set[str] = set()
+
+    def assign(name: str, expr: str) -> str:
+        if not c:
+            return f"    {name} = {expr}"
+        decl = "" if name in declared else "double "
+        declared.add(name)
+        return f"    {decl}{name} = {expr};"
+
+    if c:
+        plist = [
+            f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
+        ]
+        lines = [f"int {fname}({', '.join([*plist, 'double* out'])}) {{"]
+        if doc:
+            lines.append(f"    {c_comment(doc)}")
+    else:
+        lines = [f"def {fname}({', '.join([p.name for p in params] + ['out'])}):"]
+        if doc:
+            lines.append(f'    """{doc}"""')
     block = -1
     for j, node in enumerate(tape.nodes):
         op = node.op
@@ -105,23 +156,37 @@ def straight_line(tape: Tape, fname: str, params: Sequence[Param], doc: str = ""
             continue
         if tape.blocks is not None and tape.blocks[j] != block and tape.blocks[j] >= 0:
             block = tape.blocks[j]
-            lines.append(f"    # {tape.primal.statement(block)}" if tape.primal else "    #")
+            text = tape.primal.statement(block) if tape.primal else ""
+            lines.append(f"    {c_comment(text)}" if c else f"    # {text}".rstrip())
         if op == INPUT:
-            lines.append(f"    {names[j]} = {input_src[j]}")
+            lines.append(assign(names[j], input_src[j]))
         else:
-            expr = op.code.format(*(operand(a) for a in node.args))
-            lines.append(f"    {names[j]} = {strip_parens(expr)}")
-        for g in guard_at.get(j, ()):
+            if c and op.c is None:
+                raise NotImplementedError(
+                    f"op {op.name!r} has no C form: give it one (Op.c, a template such as "
+                    "'erf({0})')"
+                )
+            template = op.c if c else op.code
+            expr = template.format(*(operand(a) for a in node.args))
+            lines.append(assign(names[j], strip_parens(expr)))
+        for k, g in guard_at.get(j, ()):
             cond = f"{operand(g.a)} {g.cmp} {operand(g.b)}"
             test = f"not ({cond})" if g.expected else cond
-            where = f"  # guard: {cond} was {g.expected} at {g.where}"
-            lines.append(f"    if {test}:{where}")
-            lines.append("        return False")
-    for g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
+            note = f"guard: {cond} was {g.expected} at {g.where}"
+            if c:
+                test = f"!({cond})" if g.expected else f"({cond})"
+                lines.append(f"    if ({test}) return {k};  {c_comment(note)}")
+                continue
+            lines.append(f"    if {test}:  # {note}")
+            lines.append(f"        return {k if status else False}")
+    for _, g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
         assert g.holds([n.value for n in tape.nodes])
     for k, o in enumerate(tape.outputs):
-        lines.append(f"    out[{k}] = {operand(o)}")
-    lines.append("    return True")
+        lines.append(f"    out[{k}] = {operand(o)}" + (";" if c else ""))
+    if c:
+        lines += ["    return 0;", "}"]
+    else:
+        lines.append(f"    return {0 if status else True}")
     return "\n".join(lines) + "\n"
 
 

@@ -214,8 +214,7 @@ class _Gen(Layout):
         for u in self.units:
             self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
             self._forward(u)
-        for cmp, a, b, expected in self.program.guards:
-            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, "")
+        self._program_guards()
         if self.grad is None:
             for k, r in enumerate(self.program.outputs):
                 self.emit(1, f"out[{k}] = {self.ref(r, None)}")
@@ -224,6 +223,13 @@ class _Gen(Layout):
         self.emit(1, "return True")
         text = "\n".join(map(str, self.lines)) + "\n"
         return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
+
+    def _program_guards(self) -> None:
+        """The guards outside loops, checked after the forward sweep."""
+        where = self.program.guard_where
+        for k, (cmp, a, b, expected) in enumerate(self.program.guards):
+            at = where[k] if k < len(where) else ""
+            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, at)
 
     def _guard(self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str) -> None:
         cond = f"{a} {cmp} {b}"
@@ -320,8 +326,7 @@ class _Gen(Layout):
         for u in self.units:
             self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
             self._forward(u)
-        for cmp, a, b, expected in self.program.guards:
-            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, "")
+        self._program_guards()
         lines, self.lines = self.lines, []
         return lines
 

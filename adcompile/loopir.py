@@ -242,6 +242,8 @@ class Program:
     outputs: list[Ref]
     guards: list[tuple[str, Ref, Ref, bool]] = field(default_factory=list)
     name: str = "f"
+    # per guard, the user's source line that made it ("" where not known)
+    guard_where: list[str] = field(default_factory=list)
 
     # ---- running (the reference interpreter)
 
@@ -464,7 +466,8 @@ def build(
         item_of[lo:hi] = k
         index_of[lo:hi] = np.arange(hi - lo)
     guards = [(g.cmp, ref(g.a), ref(g.b), g.expected) for g in outer_guards]
-    return Program(params, items, [ref(o) for o in tape.outputs], guards, name)
+    where = [g.where for g in outer_guards]
+    return Program(params, items, [ref(o) for o in tape.outputs], guards, name, where)
 
 
 def _loop(tape: Tape, s: Segment, ref, is_const: np.ndarray, guards_at: dict) -> Loop:

@@ -18,6 +18,7 @@ This module imports nothing of ours.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +45,12 @@ class Op:
     opcode: int = field(default=-1, compare=False)
     # per argument: (t, out, *args) -> tangent contribution; empty: from ``vjp``
     jvp: tuple[Callable | None, ...] = field(default=(), compare=False)
+    # the C99 template (``<math.h>`` only); None: derived from ``code`` (c_template)
+    c: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.c is None:
+            self.c = c_template(self.code)
 
     def __call__(self, *args: Any) -> Any:
         return apply(self, *args)
@@ -62,6 +69,63 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name!r})"
+
+
+# ---------------------------------------------------------------- C templates
+
+_C_NAMES = {"abs": "fabs", "max": "fmax", "min": "fmin"}
+_C_POW = re.compile(r"\((\{\d\}|[\d.]+) \*\* (\{\d\}|[\d.]+)\)")
+
+
+def c_template(code: str) -> str | None:
+    """The C99 form of a Python code template, where it follows mechanically:
+    ``math.sin({0})`` -> ``sin({0})``, ``abs``/``max``/``min`` -> ``fabs``/``fmax``/
+    ``fmin``, ``({0} ** {1})`` -> ``pow({0}, {1})``, ``(a if c else b)`` ->
+    ``(c ? a : b)``. None when something else is left (give the op ``c=``)."""
+    text = _C_POW.sub(r"pow(\1, \2)", code.replace("math.", ""))
+    text = re.sub(r"\b(abs|max|min)\(", lambda m: _C_NAMES[m[1]] + "(", text)
+    try:
+        text = _c_conditionals(text)
+    except ValueError:
+        return None
+    if re.search(r"\*\*|\b(if|else|and|or|not|math)\b", text):
+        return None
+    return text
+
+
+def _c_conditionals(text: str) -> str:
+    """``(a if c else b)`` -> ``(c ? a : b)`` in every parenthesised group."""
+    out: list[str] = []  # a stack of the groups being read
+    out.append("")
+    for ch in text:
+        if ch == "(":
+            out.append("")
+        elif ch == ")":
+            if len(out) < 2:
+                raise ValueError("unbalanced")
+            inner = out.pop()
+            out[-1] += "(" + _c_ternary(inner) + ")"
+        else:
+            out[-1] += ch
+    if len(out) != 1:
+        raise ValueError("unbalanced")
+    return _c_ternary(out[0])
+
+
+def _c_ternary(group: str) -> str:
+    """One group's ``a if c else b`` (nested groups already converted) as ``c ? a : b``."""
+    depth, marks = 0, []
+    for k, ch in enumerate(group):
+        depth += (ch == "(") - (ch == ")")
+        for word in (" if ", " else "):
+            if depth == 0 and group.startswith(word, k):
+                marks.append((word, k))
+    if not marks:
+        return group
+    if [w for w, _ in marks] != [" if ", " else "]:
+        raise ValueError("not one conditional")
+    (_, i), (_, e) = marks
+    return f"{group[i + 4 : e]} ? {group[:i]} : {group[e + 6 :]}"
 
 
 # ---------------------------------------------------------------- dispatch

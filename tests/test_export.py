@@ -1,0 +1,412 @@
+"""``ad.export``: standalone Python and C modules, checked against adcompile.
+
+Exported Python runs in a fresh interpreter where ``import adcompile`` fails;
+exported C is compiled with the system's compiler (skipped without one) and
+called through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from test_fuzz import _args, _compile, programs
+
+import adcompile as ad
+from adcompile.export import c_header, with_status
+from adcompile.ops import c_template
+
+
+def branchy(x, y):
+    if x[0] > 0.5:
+        return ad.sin(x[0]) * y + x[1] ** 2
+    return x[1] * y
+
+
+def rosen(x):
+    s = 0.0
+    for i in range(len(x) - 1):
+        s = s + 100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+    return s
+
+
+def load(src: str, name: str):
+    """The exported module's function, run in this process."""
+    ns: dict = {}
+    exec(compile(src, f"<exported {name}>", "exec"), ns)
+    return ns[name]
+
+
+# A fresh interpreter: -I ignores PYTHONPATH and the user's site; adcompile may still
+# be installed in the environment, so a meta path finder refuses it as well.
+CHILD = """
+import importlib.util, json, sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "adcompile":
+            raise ImportError("adcompile is hidden")
+sys.meta_path.insert(0, Hide())
+try:
+    import adcompile
+    hidden = False
+except ImportError:
+    hidden = True
+import numpy as np
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(path[:-3], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return getattr(mod, name)
+def plain(r):
+    if isinstance(r, (tuple, list)):
+        return [plain(e) for e in r]
+    return np.asarray(r).tolist()
+results = {"hidden": hidden, "modules": sorted(sys.modules)}
+for path, name, args in json.loads(sys.argv[1]):
+    args = [np.array(a) if isinstance(a, list) else a for a in args]
+    results[path] = plain(load(path, name)(*args))
+print(json.dumps(results))
+"""
+
+
+def run_isolated(folder: Path, calls: list) -> dict:
+    """Run exported modules in ``folder`` in a fresh interpreter without adcompile."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", CHILD, json.dumps(calls)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def same(got, want) -> None:
+    if isinstance(want, (tuple, list)):
+        assert isinstance(got, (tuple, list)) and len(got) == len(want)
+        for g, w in zip(got, want):
+            same(g, w)
+        return
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
+def test_exported_python_runs_without_adcompile(tmp_path):
+    x, y, v = np.array([1.0, 2.0]), 3.0, np.array([0.5, -1.0])
+    transforms = {
+        "value": ad.jit(branchy),
+        "grad": ad.grad(branchy),
+        "value_and_grad": ad.value_and_grad(branchy),
+        "jacobian": ad.jacobian(branchy),
+        "hessian": ad.hessian(branchy),
+        "hvp": ad.hvp(branchy),
+    }
+    calls, wants = [], {}
+    for name, t in transforms.items():
+        args = (x, v, y) if name == "hvp" else (x, y)
+        src = ad.export(branchy, *args, transform=name, path=tmp_path / f"m_{name}.py")
+        assert "adcompile" not in src.split("def ", 1)[0].replace("exported by adcompile", "")
+        calls.append((f"m_{name}.py", "branchy", [a.tolist() if np.ndim(a) else a for a in args]))
+        wants[f"m_{name}.py"] = t(*args)
+    got = run_isolated(tmp_path, calls)
+    assert got["hidden"] and not any(m.startswith("adcompile") for m in got["modules"])
+    for path, want in wants.items():
+        same(got[path], want)
+    # and by hand: f = sin(x0) y + x1^2 at (1, 2), y = 3
+    s, c = math.sin(1.0), math.cos(1.0)
+    same(got["m_value_and_grad.py"], [3 * s + 4, [3 * c, 4.0]])
+    same(got["m_hessian.py"], [[-3 * s, 0.0], [0.0, 2.0]])
+    same(got["m_hvp.py"], [-3 * s * 0.5, 2.0 * -1.0])
+
+
+def test_return_convention_matches_adcompile():
+    x, y = np.array([1.0, 2.0]), 3.0
+    value, grads = load(ad.export(branchy, x, y, argnums=(0, 1)), "branchy")(x, y)
+    want = ad.value_and_grad(branchy, argnums=(0, 1))(x, y)
+    assert isinstance(grads, tuple) and isinstance(grads[1], float)
+    same((value, grads), want)
+
+    def pair(x):
+        return [x[0] * x[1], ad.exp(x)]
+
+    jac = load(ad.export(pair, x, transform="jacobian"), "pair")(x)
+    assert isinstance(jac, list) and jac[0].shape == (2,) and jac[1].shape == (2, 2)
+    same(jac, ad.jacobian(pair)(x))
+
+
+def test_guard_on_the_other_branch_names_comparison_and_line():
+    x, y = np.array([1.0, 2.0]), 3.0
+    for transform in ("value", "value_and_grad", "hessian"):
+        f = load(ad.export(branchy, x, y, transform=transform), "branchy")
+        with pytest.raises(ValueError) as e:
+            f(np.array([0.0, 2.0]), y)
+        msg = str(e.value)
+        assert "guard 1 failed: x[0] > 0.5 was True" in msg
+        # the user's file:line and its text (the line number comes from the frame's
+        # f_lineno when traced: after other tests it has read the def line, see report)
+        assert re.search(r"test_export\.py:\d+: (if x\[0\] > 0\.5:|def branchy)", msg)
+
+
+def test_wrong_shape_is_a_value_error_naming_the_argument():
+    f = load(ad.export(branchy, np.array([1.0, 2.0]), 3.0), "branchy")
+    with pytest.raises(
+        ValueError, match=r"argument x of branchy\(\): expected shape \(2,\), got \(3,\)"
+    ):
+        f(np.ones(3), 3.0)
+    with pytest.raises(ValueError, match=r"argument y of branchy\(\): expected a scalar"):
+        f(np.ones(2), np.ones(2))
+    assert f([1.0, 2.0], 3)[0] == pytest.approx(3 * math.sin(1.0) + 4)  # lists and ints do
+
+
+def test_unknown_transform_or_target():
+    with pytest.raises(ValueError, match="'value', 'grad'"):
+        ad.export(branchy, np.ones(2), 1.0, transform="laplacian")
+    with pytest.raises(ValueError, match="'python', 'c'"):
+        ad.export(branchy, np.ones(2), 1.0, target="fortran")
+
+
+def test_rosenbrock_stays_folded_short_and_correct():
+    x = np.linspace(-1.0, 1.0, 10_000)
+    src = ad.export(rosen, x)
+    assert len(src.splitlines()) < 200
+    assert "for i in range(9999)" in src
+    value, grad = load(src, "rosen")(x)
+    want_v, want_g = ad.value_and_grad(rosen)(x)
+    assert value == pytest.approx(want_v, rel=1e-12)
+    np.testing.assert_allclose(grad, want_g, rtol=1e-10, atol=1e-9)
+    # by hand at the ends: d/dx0 = -400 x0 (x1 - x0^2) - 2 (1 - x0)
+    x0, x1 = x[0], x[1]
+    assert grad[0] == pytest.approx(-400 * x0 * (x1 - x0**2) - 2 * (1 - x0), rel=1e-10)
+    assert grad[-1] == pytest.approx(200 * (x[-1] - x[-2] ** 2), rel=1e-10)
+
+
+def relu_sum(x):
+    s = 0.0
+    for i in range(len(x)):
+        if x[i] > 0:
+            s = s + x[i] * x[i]
+        else:
+            s = s - x[i]
+    return s
+
+
+def test_guard_in_folded_code_names_its_element():
+    x = np.linspace(0.1, 1.0, 120)
+    src = ad.export(relu_sum, x)
+    assert "for i in range(" in src  # folded: the guard on x[i] is checked in the loop
+    f = load(src, "relu_sum")
+    same(f(x), ad.value_and_grad(relu_sum)(x))
+    x[7] = -1.0
+    with pytest.raises(ValueError, match=r"x\[7\] > 0.0 was True .*if x\[i\] > 0:"):
+        f(x)
+
+
+def test_jit_module_compiles_with_numba():
+    x = np.linspace(-1.0, 1.0, 500)
+    src = ad.export(rosen, x, jit=True)
+    assert "import numba" in src and "numba.njit(cache=False" in src
+    same(load(src, "rosen")(x), ad.value_and_grad(rosen)(x))
+
+
+def test_status_rewrite_numbers_guards_and_passes_them_up():
+    src = (
+        "def body(a, out):\n"
+        "    if not (a > 0.0):  # guard: a > 0.0 was True at f.py:3\n"
+        "        return False\n"
+        "    return True\n"
+        "def outer(a, out):\n"
+        "    if not body(a, out):\n"
+        "        return False\n"
+        "    return True\n"
+    )
+    text, messages = with_status(src)
+    ns: dict = {}
+    exec(text, ns)
+    assert ns["outer"](1.0, None) == 0 and ns["outer"](-1.0, None) == 1
+    assert messages == ["a > 0.0 was True when traced, at f.py:3"]
+
+
+def test_c_templates_follow_from_python_ones():
+    assert c_template("math.sin({0})") == "sin({0})"
+    assert c_template("({0} ** {1})") == "pow({0}, {1})"
+    assert c_template("max({0}, 0.0)") == "fmax({0}, 0.0)"
+    assert (
+        c_template("(1.0 if {0} > 0.0 else (-1.0 if {0} < 0.0 else 0.0))")
+        == "({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : 0.0))"
+    )
+    assert c_template("(math.erf({0}) if {0} > 0.0 else 0.0)") == "({0} > 0.0 ? erf({0}) : 0.0)"
+    assert c_template("({0} and {1})") is None  # no C form follows: export says so
+    assert ad.OPS["softplus"].c == "(log1p(exp(-fabs({0}))) + fmax({0}, 0.0))"
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+@given(src=programs(), **_args)
+def test_fuzz_programs_exported_agree(src, x, y, a):
+    f = _compile(src)
+    want = ad.value_and_grad(f, argnums=(0, 1, 2))(x, y, a)
+    got = load(ad.export(f, x, y, a, argnums=(0, 1, 2)), "f")(x, y, a)
+    assert got[0] == pytest.approx(want[0], rel=1e-9, abs=1e-12)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+# ------------------------------------------------------------------ C
+
+
+def build(tmp_path: Path, src: str, name: str) -> ctypes.CDLL:
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) found")
+    c, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+    c.write_text(src)
+    done = subprocess.run(
+        [
+            cc,
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-std=c99",
+            "-Werror",
+            "-Wall",
+            "-o",
+            str(so),
+            str(c),
+            "-lm",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return ctypes.CDLL(str(so))
+
+
+P = ctypes.POINTER(ctypes.c_double)
+
+
+def ptr(a: np.ndarray):
+    return a.ctypes.data_as(P)
+
+
+def test_c_export_compiles_and_agrees(tmp_path):
+    x, y = np.array([1.0, 2.0]), 3.0
+    src = ad.export(branchy, x, y, target="c", path=tmp_path / "vg.c")
+    assert (tmp_path / "vg.h").read_text() == c_header(src)
+    assert "int branchy_value_and_grad(const double* x, double y, double* out);" in src
+    assert "#include <math.h>" in src and src.count("#include") == 1
+    fn = build(tmp_path, src, "vg").branchy_value_and_grad
+    fn.argtypes, fn.restype = [P, ctypes.c_double, P], ctypes.c_int
+    out = np.empty(3)
+    assert fn(ptr(x), y, ptr(out)) == 0
+    value, grad = ad.value_and_grad(branchy)(x, y)
+    np.testing.assert_allclose(out, [value, *grad], rtol=1e-14)
+    np.testing.assert_allclose(out, [3 * math.sin(1) + 4, 3 * math.cos(1), 4.0], rtol=1e-14)
+    assert fn(ptr(np.array([0.2, 2.0])), y, ptr(out)) == 1  # guard 1 fails
+
+
+def test_c_hessian_by_basis_loop(tmp_path):
+    def h(x):
+        return ad.sin(x[0]) * (x**2).sum() + ad.softplus(x[1] - x[2]) + ad.maximum(x[3], 0.5)
+
+    x = np.linspace(0.1, 1.0, 10)  # 10 > 8 unit vectors: a loop around one product
+    src = ad.export(h, x, transform="hessian", target="c")
+    assert "one basis vector" in src
+    fn = build(tmp_path, src, "hess").h_hessian
+    fn.argtypes, fn.restype = [P, P], ctypes.c_int
+    out = np.empty(100)
+    assert fn(ptr(x), ptr(out)) == 0
+    np.testing.assert_allclose(out.reshape(10, 10), ad.hessian(h)(x), rtol=1e-12, atol=1e-14)
+
+
+def test_c_refuses_folded_code_clearly():
+    with pytest.raises(NotImplementedError, match="target='python'"):
+        ad.export(rosen, np.linspace(-1.0, 1.0, 1000), target="c")
+
+
+# ------------------------------------------------------------------ the CLI
+
+
+def test_cli_export_python_and_c(tmp_path, capsys):
+    from adcompile.cli import main
+
+    assert main(["export", "sin(x)*y", "--at", "x=0.5,y=2"]) == 0
+    src = capsys.readouterr().out
+    value, (dx, dy) = load(src, "f")(0.5, 2.0)
+    assert (value, dx, dy) == pytest.approx((2 * math.sin(0.5), 2 * math.cos(0.5), math.sin(0.5)))
+    out = tmp_path / "f.c"
+    assert main(["export", "sin(x)*y", "--target", "c", "-o", str(out)]) == 0
+    assert "int f_value_and_grad(double x, double y, double* out);" in out.read_text()
+    assert (tmp_path / "f.h").exists()
+    assert main(["export", "x**2*y", "--transform", "hessian"]) == 0
+    hess = load(capsys.readouterr().out, "f")(3.0, 2.0)
+    assert hess == ((4.0, 6.0), (6.0, 0.0))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["sin(x)*y", "--target", "fortran"], "unknown target 'fortran'; choose python or c"),
+        (["sin(x)*"], "cannot parse 'sin(x)*'"),
+        (["sin(x)*y", "--transform", "curl"], "unknown transform 'curl'"),
+        (["foo(x)"], "unknown function foo()"),
+    ],
+)
+def test_cli_export_bad_input_exits_2_with_one_line(argv, message, capsys):
+    from adcompile.cli import main
+
+    assert main(["export", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("adcompile export: error:")
+    assert message in err
+
+
+def test_batch_generic_code_exports_at_the_example_length():
+    def loss(w, X, y):
+        s = 0.0
+        for i in range(len(y)):
+            r = w[0] * X[i, 0] + w[1] * X[i, 1] - y[i]
+            s = s + r * r
+        return s / len(y)
+
+    rng = np.random.default_rng(0)
+    X, y, w = rng.normal(size=(40, 2)), rng.normal(size=40), np.array([0.3, -0.2])
+    vg = ad.value_and_grad(loss)
+    assert type(vg._spec_for((w, X, y))[0].compiled).__name__ == "_AtLength"
+    got = load(ad.export(loss, w, X, y), "loss")(w, X, y)
+    same(got, vg(w, X, y))
+    r = X @ w - y  # by hand: mean of squares, its gradient 2 X^T r / n
+    same(got, (np.mean(r * r), 2 * X.T @ r / 40))
+
+
+def test_interpreter_code_exports_with_guard_numbers(monkeypatch):
+    monkeypatch.setattr(importlib.import_module("adcompile.jit"), "STRAIGHT_LINE_LIMIT", 3)
+    x = np.array([1.0, 2.0])
+    vg = ad.value_and_grad(branchy)
+    assert vg._spec_for((x, 3.0))[0].compiled.kind == "interpreter"
+    f = load(ad.export(branchy, x, 3.0), "branchy")
+    same(f(x, 3.0), vg(x, 3.0))
+    with pytest.raises(ValueError, match=r"guard 1 failed: x\[0\] > 0.5"):
+        f(np.array([0.0, 1.0]), 3.0)
+
+
+def test_jvp_exports_primals_then_tangents():
+    def g(x, y):
+        return ad.sin(x) * y
+
+    got = load(ad.export(g, 1.0, 2.0, 0.5, 0.0, transform="jvp"), "g")(1.0, 2.0, 0.5, 0.0)
+    same(got, ad.jvp(g, (1.0, 2.0), (0.5, 0.0)))
+    same(got, (2 * math.sin(1.0), 0.5 * 2 * math.cos(1.0)))
