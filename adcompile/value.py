@@ -95,11 +95,12 @@ _LIBRARY_FRAMES = ("adcompile.", "numpy.")
 
 
 def _caller_line(depth: int = 2) -> str:
-    """``file:line`` of the first frame outside adcompile (the user's code)."""
-    f = sys._getframe(depth)
-    while f is not None and f.f_globals.get("__name__", "").startswith(_LIBRARY_FRAMES):
-        f = f.f_back
-    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else "?"
+    """``file:line`` of the first frame outside adcompile (the user's code).
+
+    The line is found from the frame's instruction offset: ``f_lineno`` can be
+    stale while a trace function (a coverage tool, hypothesis) is installed.
+    """
+    return _site_text(_caller_site(depth + 1))
 
 
 def _caller_site(depth: int = 2) -> tuple[Any, int] | None:

@@ -152,9 +152,8 @@ def test_guard_on_the_other_branch_names_comparison_and_line():
             f(np.array([0.0, 2.0]), y)
         msg = str(e.value)
         assert "guard 1 failed: x[0] > 0.5 was True" in msg
-        # the user's file:line and its text (the line number comes from the frame's
-        # f_lineno when traced: after other tests it has read the def line, see report)
-        assert re.search(r"test_export\.py:\d+: (if x\[0\] > 0\.5:|def branchy)", msg)
+        # the user's file:line and its text
+        assert re.search(r"test_export\.py:\d+: if x\[0\] > 0\.5:", msg), msg
 
 
 def test_wrong_shape_is_a_value_error_naming_the_argument():
