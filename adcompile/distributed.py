@@ -411,6 +411,11 @@ class DistributedValueAndGrad:
     ) -> _Recipe | _Shipped:
         key = self._structure(args, data)
         program = self._programs.get(key)
+        caps = self.local._caps
+        if isinstance(program, _Recipe) and caps is not None and caps.watched:
+            if caps.changed() is not None:  # a value compiled into the source changed
+                self.local._check_watched(caps)  # (warns, as ad.value_and_grad does)
+                program = None
         if isinstance(program, _Shipped):  # pickled again: what it reads may have changed
             program = self._programs[key] = self._function_program(data)
         if program is None:
@@ -438,7 +443,6 @@ class DistributedValueAndGrad:
             spec is None
             or not isinstance(spec.compiled, api._AtLength)
             or caps is None
-            or caps.watched
             or found is None
             or sorted(found[1]) != sorted(data)
         ):

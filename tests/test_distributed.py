@@ -255,3 +255,46 @@ def test_client_none_starts_a_local_cluster_and_says_so_once(tmp_path):
     a, b, c = map(float, proc.stdout.split())
     assert a == b == pytest.approx(c, rel=1e-12)
     assert proc.stderr.count("started a LocalCluster") == 1, proc.stderr
+
+
+def test_a_value_compiled_into_the_source_that_changes_is_traced_again(client):
+    power = [2]  # an int the loss reads: compiled in, and compared at every call
+
+    def loss(w, X, y):
+        return np.mean((X @ w - y) ** power[0])
+
+    w, X, y = _data(300, seed=8)
+    vg = dd.value_and_grad(loss, client=client)
+    _close(vg(w, X, y), ad.value_and_grad(loss)(w, X, y))
+    assert vg.last_program == "source"
+    power[0] = 4
+    with pytest.warns(ad.RetraceWarning):
+        got = vg(w, X, y)
+    _close(got, ad.value_and_grad(loss)(w, X, y))
+    assert got[0] == pytest.approx(np.mean((X @ w - y) ** 4), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_demo_with_workers_trains_as_the_single_process_demo(capsys):
+    from adcompile import cli
+
+    argv = ["demo", "--points", "40", "--steps", "8", "--out", ""]
+    assert cli.main([*argv, "--workers", "2"]) == 0
+    distributed_run = capsys.readouterr()
+    assert cli.main(argv) == 0
+    single = capsys.readouterr()
+    assert "Dask dashboard: http://" in distributed_run.err
+    assert "the workers run its source" in distributed_run.err
+    # the same steps: the same loss after each (the bar's last line) and the same picture
+    last = lambda err: [ln for ln in err.replace("\r", "\n").splitlines() if "8/8" in ln][-1]  # noqa: E731
+    assert last(distributed_run.err).split("loss")[1][:8] == last(single.err).split("loss")[1][:8]
+    assert distributed_run.out == single.out
+
+
+def test_demo_workers_must_be_at_least_one(capsys):
+    from adcompile import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--workers", "0"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("argument --workers: must be 1 or more, got 0")
