@@ -298,3 +298,30 @@ def test_demo_workers_must_be_at_least_one(capsys):
         cli.main(["demo", "--workers", "0"])
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("argument --workers: must be 1 or more, got 0")
+
+
+@pytest.mark.slow
+def test_the_multistart_example_finds_local_minima_of_rastrigin(tmp_path):
+    import re
+
+    pytest.importorskip("scipy")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "multistart_dask.py"), "--starts", "24"]
+        + ["--per-task", "6", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "24 L-BFGS runs in 4 tasks on 2 workers" in out, out
+    best = float(re.search(r"best minimum (\S+)", out).group(1))
+    median = float(re.search(r"median minimum found ([-\d.e+]+)", out).group(1))
+    x = np.array(eval(re.search(r"at x = (\[.*\])", out, re.S).group(1)))
+    assert x.shape == (10,) and best <= median
+    # by hand: the value at x, and a zero gradient 2 x + 20 pi sin(2 pi x) (a local minimum)
+    f = 10 * len(x) + np.sum(x * x - 10 * np.cos(2 * np.pi * x))
+    assert f == pytest.approx(best, abs=1e-4)
+    assert np.abs(2 * x + 20 * np.pi * np.sin(2 * np.pi * x)).max() < 1e-2

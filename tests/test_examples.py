@@ -31,6 +31,7 @@ def test_every_example_is_tested():
     tested = {"moons.py", "moons_pytorch_style.py", "rosenbrock_scipy.py"}
     tested |= {"check_derivatives.py", "graph_picture.py"}
     tested |= {"numba_descent.py"}  # (tests/test_numba_entry.py runs it)
+    tested |= {"multistart_dask.py"}  # (tests/test_distributed.py runs it)
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 
