@@ -34,6 +34,7 @@ import os
 import sys
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -522,21 +523,29 @@ class DistributedValueAndGrad:
             else:
                 a = np.ascontiguousarray(a, dtype=np.float64)
                 # tasks, not scatter: the scheduler keeps a task's data, so rows lost
-                # with a worker are made again
-                futures = [
-                    client.submit(
-                        _same,
-                        a[lo:hi],
-                        key=f"adcompile-rows-{k}-{lo}-{hi}-{_tag()}",
-                        workers=[workers[i % len(workers)]] if workers else None,
-                        allow_other_workers=True,
-                    )
-                    for i, (lo, hi) in enumerate(bounds)
-                ]
+                # with a worker are made again (Dask warns of large graphs: meant)
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "Sending large graph", UserWarning)
+                    futures = self._send_rows(client, a, k, bounds, workers)
             for i, f in enumerate(futures):
                 out[i].append(f)
         self._data = {"fingerprint": fingerprint, "futures": out}
         return out
+
+    @staticmethod
+    def _send_rows(
+        client: Any, a: np.ndarray, k: int, bounds: list[tuple[int, int]], workers: list[str]
+    ) -> list[Any]:
+        return [
+            client.submit(
+                _same,
+                a[lo:hi],
+                key=f"adcompile-rows-{k}-{lo}-{hi}-{_tag()}",
+                workers=[workers[i % len(workers)]] if workers else None,
+                allow_other_workers=True,
+            )
+            for i, (lo, hi) in enumerate(bounds)
+        ]
 
     def _run(
         self,
