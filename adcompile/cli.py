@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--eager", action="store_true", help="build a Value graph every step (slow, to compare)"
     )
+    p.add_argument(
+        "--workers",
+        type=_whole_number(1, 2),
+        default=None,
+        help="train data-parallel on a local Dask cluster of this many worker processes "
+        '(needs pip install "adcompile[distributed]")',
+    )
     p.set_defaults(run=cmd_demo)
 
     p = sub.add_parser("cache", help="the on-disk cache of generated code")
@@ -275,6 +282,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     random.seed(args.seed)
     model = MLP(2, [16, 16, 1])
     params = model.parameters()
+    if getattr(args, "workers", None):
+        if args.eager:
+            print(
+                "adcompile demo: error: --eager and --workers do not go together", file=sys.stderr
+            )
+            return 2
+        return _demo_workers(args, X, y, model)
     opt = SGD(params, lr=1.0)
     hinge = HingeLoss()
     rows, labels = X.tolist(), y.tolist()
@@ -327,6 +341,99 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.out and not _plot(predict, X, y, args.out, accuracy):
         return 1
     return 0
+
+
+def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
+    """``demo --workers N``: the same training, each step's loss and gradient computed
+    data-parallel on a local Dask cluster of N worker processes."""
+    import numpy as np
+
+    from .api import summary
+
+    try:
+        from . import distributed as dd
+
+        dd._distributed()
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        print(f"adcompile demo: error: {e}", file=sys.stderr)
+        return 1
+    params = model.parameters()
+    shape = [(len(layer.neurons[0].w), len(layer.neurons), layer.neurons[0].nonlin)
+             for layer in model.layers]  # fmt: skip
+    print(
+        f"training {model.__class__.__name__}(2, [16, 16, 1]) ({len(params)} parameters) "
+        f"on {args.points} points for {args.steps} steps, data-parallel on "
+        f"{args.workers} Dask worker processes",
+        file=sys.stderr,
+    )
+    cluster = LocalCluster(
+        n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
+    client = Client(cluster)
+    try:
+        print(f"Dask dashboard: {client.dashboard_link}", file=sys.stderr)
+        vg = dd.value_and_grad(_flat_mlp_loss(shape), client=client)
+        theta = np.array([p.data for p in params])
+        print("compiling the loss and its gradient ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        quiet = os.environ.get("ADCOMPILE_QUIET")
+        os.environ["ADCOMPILE_QUIET"] = "1"  # (this stage says it itself)
+        try:
+            vg(theta, X, y)
+        finally:
+            if quiet is None:
+                del os.environ["ADCOMPILE_QUIET"]
+            else:
+                os.environ["ADCOMPILE_QUIET"] = quiet
+        how = summary(vg.local.explanation) if vg.local._last is not None else vg.last_program
+        print(
+            f"compiled in {time.perf_counter() - start:.1f} s ({how}; the workers run "
+            f"{'its source' if vg.last_program == 'source' else 'the function'})",
+            file=sys.stderr,
+        )
+        bar = Progress(args.steps)
+        start = time.perf_counter()
+        for k in range(args.steps):
+            loss, g = vg(theta, X, y)
+            acc = float(np.mean((_mlp_scores(model)(X) > 0) == (y > 0)))
+            theta -= (1.0 - 0.9 * k / args.steps) * g  # the SGD step of the demo
+            for p, v in zip(params, theta.tolist()):
+                p.data = v
+            bar.update(k + 1, loss=loss, acc=f"{acc:.0%}")
+        print(
+            f"{args.steps} steps with compiled gradients on {args.workers} workers in "
+            f"{time.perf_counter() - start:.1f} s",
+            file=sys.stderr,
+        )
+    finally:
+        client.close()
+        cluster.close()
+    predict = _mlp_scores(model)
+    accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
+    print(ascii_boundary(predict, X, y))
+    print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
+    if args.out and not _plot(predict, X, y, args.out, accuracy):
+        return 1
+    return 0
+
+
+def _flat_mlp_loss(shape: list[tuple[int, int, bool]]) -> Callable[..., Any]:
+    """The demo's loss as a function of its parameters in one flat array, in the
+    order of micrograd's ``MLP.parameters()`` (per neuron: weights, then bias)."""
+    import numpy as np
+
+    def mlp_hinge_loss(theta: Any, X: Any, y: Any) -> Any:
+        h, start = X, 0
+        for nin, nout, relu in shape:
+            block = theta[start : start + nout * (nin + 1)].reshape(nout, nin + 1)
+            start += nout * (nin + 1)
+            h = h @ block[:, :nin].T + block[:, nin]
+            if relu:
+                h = np.maximum(h, 0.0)
+        return np.mean(np.maximum(1.0 - y * h[:, 0], 0.0)) + 1e-4 * np.sum(theta * theta)
+
+    return mlp_hinge_loss
 
 
 def _mlp_scores(model: Any) -> Callable[[Any], Any]:

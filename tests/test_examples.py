@@ -44,6 +44,7 @@ def test_every_example_is_tested():
     tested |= {"check_derivatives.py", "graph_picture.py"}
     tested |= {"numba_descent.py"}  # (tests/test_numba_entry.py runs it)
     tested |= {"newton_scipy.py", "least_squares_fit.py", "per_example_grads.py"}
+    tested |= {"multistart_dask.py"}  # (tests/test_distributed.py runs it)
     assert {p.name for p in EXAMPLES.glob("*.py")} == tested
 
 

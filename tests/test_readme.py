@@ -1,6 +1,7 @@
-"""Every Python block of README.md runs, in order, as a reader pastes them into
-one session; none may raise or print nan (a wrong answer found this way once:
-the training example printed nan)."""
+"""Every Python block of README.md (fenced ```python; ```py marks a sketch that
+needs what a test machine lacks, such as a cluster) runs, in order, as a reader
+pastes them into one session; none may raise or print nan (a wrong answer found
+this way once: the training example printed nan)."""
 
 from __future__ import annotations
 
