@@ -101,7 +101,7 @@ def _from_disk(compiled: Any) -> bool:
     return False
 
 
-def _shape_text(shape: Any) -> str:
+def shape_text(shape: Any) -> str:
     return "a number" if shape is None else f"shape {tuple(shape)}"
 
 
@@ -174,7 +174,8 @@ def param_names(f: Callable, n: int) -> list[str]:
     return names
 
 
-def _fname(f: Callable) -> str:
+def function_name(f: Callable) -> str:
+    """``f``'s name as an identifier (what generated code and messages call it)."""
     return (
         "".join(
             ch if ch.isalnum() or ch == "_" else "_" for ch in getattr(f, "__name__", "f")
@@ -187,10 +188,10 @@ _F64 = np.dtype(np.float64)
 
 
 class _TracedArgs(Exception):
-    """Raised by _flatten when an argument is a Value (an outer trace, or eager use)."""
+    """Raised by flatten_args when an argument is a Value (an outer trace, or eager use)."""
 
 
-def _flatten(
+def flatten_args(
     fname: str, args: Sequence[Any], hidden: Sequence[captures.Hidden] = (), skip: int = 0
 ) -> tuple[list[Any], tuple]:
     """Each argument as a float or a flat float64 array, and the call's structure key.
@@ -312,8 +313,8 @@ def trace_call(
     arrays: the tape has one output per element, and ``tape.tree`` (see
     ``adcompile.outputs``) records the structure (None for one scalar).
     """
-    fname = _fname(f)
-    _flatten(fname, args)  # the same argument checks as a compiled call
+    fname = function_name(f)
+    flatten_args(fname, args)  # the same argument checks as a compiled call
     names = param_names(f, len(args)) if names is None else list(names)
     traced, inputs, input_names = _traced_inputs(args, names)
     with tracing(sites) as state:
@@ -351,7 +352,7 @@ def trace(f: Callable, *args: Any) -> Tape:
 # ------------------------------------------------------------------ transforms
 
 
-class _AtLength:
+class AtLength:
     """Batch-generic code (``adcompile.batch``) bound to one batch length."""
 
     def __init__(self, gen: Any, n: int) -> None:
@@ -541,7 +542,7 @@ class Transformed:
         self.traces = 0
         self._warned = False
         self._last: Specialisation | None = None
-        self._name = _fname(fun)
+        self._name = function_name(fun)
         self.debug_nans = debug_nans
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         self._lock = threading.Lock()
@@ -606,7 +607,7 @@ class Transformed:
     def _call(self, *args: Any) -> Any:
         """The call, with the hidden inputs' values after the arguments."""
         try:
-            flat, key = _flatten(self._name, args, self._caps.hidden, self._skip)
+            flat, key = flatten_args(self._name, args, self._caps.hidden, self._skip)
         except _TracedArgs:
             return self._call_traced(args)
         for spec in self._specs.get(key, ()):
@@ -792,7 +793,7 @@ class Transformed:
             if len(previous) != len(key):
                 return f"new argument structure: {len(key)} arguments, were {len(previous)}"
             changed = [
-                f"argument {k} ({names[k]}) has {_shape_text(new)}, was {_shape_text(old)}"
+                f"argument {k} ({names[k]}) has {shape_text(new)}, was {shape_text(old)}"
                 for k, (old, new) in enumerate(zip(previous, key))
                 if old != new
             ]
@@ -867,7 +868,7 @@ class Transformed:
         ok, out = gen.call_n(n, *flat)
         if not ok or not self._same_value(args, out[0]):
             return None  # other branches, or f treats this length differently
-        spec = Specialisation(None, _AtLength(gen, n), self._layout(key)[0], self.mode, self._many)
+        spec = Specialisation(None, AtLength(gen, n), self._layout(key)[0], self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
         del specs[MAX_SPECIALISATIONS:]
@@ -1140,7 +1141,7 @@ class Transformed:
         """Called on Values (under an outer transform, or eagerly): replay the tape
         of value and gradient on those Values, so the result records as well."""
         point = data_point(args)
-        _, key = _flatten(self._name, point)
+        _, key = flatten_args(self._name, point)
         wrt = self._wrt(len(args))
         tape = trace_call(
             self._fun_for_trace(),
@@ -1180,16 +1181,67 @@ class Transformed:
             )
         return self._last.compiled.source
 
-    def _spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
+    def spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
         """The specialisation that serves these arguments (compiling if needed), and
         the call's structure key."""
         caps = self._caps if self._caps is not None else self._scan()
         args = (*args, *caps.values())
-        flat, key = _flatten(self._name, args, caps.hidden, self._skip)
+        flat, key = flatten_args(self._name, args, caps.hidden, self._skip)
         for spec in self._specs.get(key, ()):
             if spec.call(*flat)[0]:
                 return spec, key
         return self._miss(key, args, flat)[0], key
+
+    # ---- for modules that drive a transform (adcompile.distributed)
+
+    @property
+    def captures(self) -> captures.Captures:
+        """What ``fun`` reads from outside its arguments (found on first use)."""
+        return self._caps if self._caps is not None else self._scan()
+
+    def check_captures(self) -> None:
+        """Trace again (with a RetraceWarning) if a value compiled in has changed."""
+        caps = self.captures
+        if caps.watched:
+            self._check_watched(caps)
+
+    @property
+    def last(self) -> Specialisation | None:
+        """The specialisation the last call ran (None before the first)."""
+        return self._last
+
+    @property
+    def specialisations(self) -> dict[tuple, list[Specialisation]]:
+        """The specialisations kept, per argument structure (its shapes)."""
+        return dict(self._specs)
+
+    @property
+    def variants(self) -> list[Transformed]:
+        """This transform for each keyword signature it was called with."""
+        return list(self._variants.values())
+
+    def arg_names(self, nargs: int) -> list[str]:
+        """The names of ``nargs`` arguments in generated code and messages."""
+        return self._names(nargs)
+
+    @property
+    def fun_name(self) -> str:
+        """``fun``'s name as an identifier."""
+        return self._name
+
+    @property
+    def compiled_name(self) -> str:
+        """The name of the generated function (``f_value_and_grad`` ...)."""
+        return self._fname_doc()[0]
+
+    @property
+    def compiled_doc(self) -> str:
+        """The generated function's docstring."""
+        return self._fname_doc()[1]
+
+    def params_for(self, key: tuple) -> list[Param]:
+        """The generated code's parameters for arguments of structure ``key``."""
+        return self._params(self._names(len(key)), key)
 
     @property
     def explanation(self) -> str:
@@ -1200,7 +1252,7 @@ class Transformed:
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""
-        return self._spec_for(args)[0].compiled.source
+        return self.spec_for(args)[0].compiled.source
 
     def numba(self, *example_args: Any) -> Callable:
         """The Numba function of the specialisation ``example_args`` take, to call from
@@ -1224,17 +1276,17 @@ class Transformed:
                 "function takes only the arguments, so pass that data as an argument "
                 "to use .numba()"
             )
-        spec, key = self._spec_for(example_args)
-        return self._numba_of(spec, key)
+        spec, key = self.spec_for(example_args)
+        return self.numba_of(spec, key)
 
-    def _numba_of(self, spec: Specialisation, key: tuple) -> Callable:
+    def numba_of(self, spec: Specialisation, key: tuple) -> Callable:
         """The Numba function of ``spec`` (see ``numba``), made once. Its arguments
         are those of ``key``: the hidden inputs' values, if any, last."""
         if spec.numba is None:
             from .jit import numba_entry  # the one place Numba is imported
 
             params = self._params(self._names(len(key)), key)
-            if isinstance(spec.compiled, _AtLength):
+            if isinstance(spec.compiled, AtLength):
                 spec.numba = numba_entry(spec.compiled.gen, params, spec.compiled.n)
             else:
                 spec.numba = numba_entry(spec.compiled, params)

@@ -319,7 +319,7 @@ class DistributedValueAndGrad:
         self._shipped: dict[tuple, Any] = {}  # (client id, digest) -> future on every worker
         self._data: dict[str, Any] = {}  # the NumPy data sent last: fingerprint and futures
         self.last_program: str | None = None  # "source" or "function": what the last call ran
-        self._name = api._fname(loss)
+        self._name = api.function_name(loss)
         self._workers = 1
 
     # ---- the call
@@ -412,10 +412,10 @@ class DistributedValueAndGrad:
     ) -> _Recipe | _Shipped:
         key = self._structure(args, data)
         program = self._programs.get(key)
-        caps = self.local._caps
-        if isinstance(program, _Recipe) and caps is not None and caps.watched:
+        caps = self.local.captures
+        if isinstance(program, _Recipe) and caps.watched:
             if caps.changed() is not None:  # a value compiled into the source changed
-                self.local._check_watched(caps)  # (warns, as ad.value_and_grad does)
+                self.local.check_captures()  # (warns, as ad.value_and_grad does)
                 program = None
         if isinstance(program, _Shipped):  # pickled again: what it reads may have changed
             program = self._programs[key] = self._function_program(data)
@@ -438,11 +438,11 @@ class DistributedValueAndGrad:
             return self._function_program(data)
         sample = [self._rows(a, 0, m) if k in data else a for k, a in enumerate(args)]
         self.local(*sample)
-        spec, caps = self.local._last, self.local._caps
+        spec, caps = self.local.last, self.local.captures
         found = batched([_shape(a) for a in sample], wrt, min_length=1)
         if (
             spec is None
-            or not isinstance(spec.compiled, api._AtLength)
+            or not isinstance(spec.compiled, api.AtLength)
             or caps is None
             or found is None
             or sorted(found[1]) != sorted(data)
@@ -454,7 +454,7 @@ class DistributedValueAndGrad:
         ]
         work = tuple(int(w) for w in gen.work_size)
         return _Recipe(
-            self.local._fname_doc()[0],
+            self.local.compiled_name,
             gen.source,
             kinds,
             list(data),
@@ -560,8 +560,7 @@ class DistributedValueAndGrad:
         rows = self._chunk_futures(client, args, data, bounds)
         plain = tuple(None if k in data else a for k, a in enumerate(args))
         flat = tuple(None if k in data else _flat_arg(a) for k, a in enumerate(args))
-        caps = self.local._caps
-        hidden = tuple(_flat_arg(v) for v in caps.values()) if caps is not None else ()
+        hidden = tuple(_flat_arg(v) for v in self.local.captures.values())
         if isinstance(program, _Recipe):
             plain = tuple(None for _ in args)  # the source path needs the flat form only
         else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api import Transformed, _shape_text
+from .api import Transformed, shape_text
 from .vmap import Vmapped
 
 
@@ -25,9 +25,9 @@ def explain(fn: Any) -> str:
             f"explain() takes a compiled transform (ad.grad(f), ad.jit(f), ad.jacobian(f) "
             f"...), not {type(fn).__name__!r}"
         )
-    name, events = _name(fn), fn.events
+    name, events = fn.compiled_name, fn.events
     traced = sum(e.traced for e in events)
-    head = f"{name} ({fn.mode} of {fn._name}): {traced} trace{'s' * (traced != 1)} and compile"
+    head = f"{name} ({fn.mode} of {fn.fun_name}): {traced} trace{'s' * (traced != 1)} and compile"
     head += "s" * (traced != 1)
     served = len(events) - traced
     if served:
@@ -41,21 +41,22 @@ def explain(fn: Any) -> str:
         lines.append(f"   made: {e.produced}{disk}")
         stages = ", ".join(f"{stage} {sec:.3f} s" for stage, sec in e.stages.items())
         lines.append(f"   took: {e.seconds:.3f} s" + (f" ({stages})" if stages else ""))
-    if fn._specs:
+    cached = fn.specialisations
+    if cached:
         lines.append("specialisations cached (by argument shapes):")
-        names = fn._names(len(next(iter(fn._specs))))
-        for key, specs in fn._specs.items():
+        names = fn.arg_names(len(next(iter(cached))))
+        for key, specs in cached.items():
             args = ", ".join(
-                f"{names[k] if k < len(names) else k}: {_shape_text(s)}" for k, s in enumerate(key)
+                f"{names[k] if k < len(names) else k}: {shape_text(s)}" for k, s in enumerate(key)
             )
-            last = " <- used last" if any(s is fn._last for s in specs) else ""
+            last = " <- used last" if any(s is fn.last for s in specs) else ""
             paths = f"{len(specs)} branch path{'s' * (len(specs) != 1)}"
             lines.append(f"  {args}: {paths}{last}")
-    for variant in fn._variants.values():
+    for variant in fn.variants:
         lines.append("called with keyword arguments:")
         lines.extend("  " + line for line in explain(variant).split("\n"))
     return "\n".join(lines)
 
 
 def _name(fn: Any) -> str:
-    return fn._fname_doc()[0] if isinstance(fn, Transformed) else getattr(fn, "__name__", "f")
+    return fn.compiled_name if isinstance(fn, Transformed) else getattr(fn, "__name__", "f")

@@ -67,16 +67,16 @@ def export(
     if target not in TARGETS:
         raise ValueError(f"target={target!r}: choose one of {', '.join(map(repr, TARGETS))}")
     t = _transform(f, transform, argnums)
-    spec, key = t._spec_for(example_args)
-    names = t._names(len(key))
-    params = t._params(names, key)
-    hidden = list(t._caps.values()) if t._caps is not None else []
-    fname, doc = t._fname_doc()
-    what = f"{transform} of {t._name}"
+    spec, key = t.spec_for(example_args)
+    names = t.arg_names(len(key))
+    params = t.params_for(key)
+    hidden = list(t.captures.values())
+    fname, doc = t.compiled_name, t.compiled_doc
+    what = f"{transform} of {t.fun_name}"
     if target == "c":
         if hidden:
             raise NotImplementedError(
-                f"{t._name}() reads {t._caps.hidden[0].what} from outside its arguments; "
+                f"{t.fun_name}() reads {t.captures.hidden[0].what} from outside its arguments; "
                 "the C export takes only the arguments: pass that data as an argument"
             )
         text = _c_module(spec, params, fname, doc, what)
@@ -84,7 +84,7 @@ def export(
     else:
         kernel = _python_kernel(spec.compiled, params, fname, doc)
         n_vis = len(key) - len(hidden)
-        text = _python_module(kernel, spec.out, t._name, names, key, n_vis, hidden, what, jit)
+        text = _python_module(kernel, spec.out, t.fun_name, names, key, n_vis, hidden, what, jit)
     if path is not None:
         Path(path).write_text(text)
         if target == "c":
@@ -213,12 +213,12 @@ def _array_literal(a: np.ndarray, dtype: str = "float64") -> str:
 
 def _python_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
     """The kernel of compiled code of any kind, as Python source with a status."""
-    from .api import _AtLength
+    from .api import AtLength
     from .jit import BasisCompiled, LoopCompiled
 
     if isinstance(compiled, BasisCompiled):
         return _basis_kernel(compiled, params, fname, doc)
-    if isinstance(compiled, _AtLength):
+    if isinstance(compiled, AtLength):
         gen, n = compiled.gen, compiled.n
         a, b = gen.work_size
         return _folded_kernel(gen.source, fname, gen.columns, a * n + b, [], [str(n)])

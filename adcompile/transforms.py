@@ -27,8 +27,8 @@ import numpy as np
 from .api import (
     Specialisation,
     Transformed,
-    _flatten,
     data_point,
+    flatten_args,
     replay,
     trace_call,
     values_like,
@@ -225,7 +225,7 @@ class Derived(Transformed):
         """Called on Values (inside another transform, or eagerly): the derivative
         tape replayed on them, so the result records as well."""
         point = data_point(args)
-        _, key = _flatten(self._name, point)
+        _, key = flatten_args(self._name, point)
         tape = self._trace(point)
         code, layout, _, basis = self._derive(tape, key)
         if basis is not None:

@@ -114,10 +114,9 @@ class Vmapped:
             return _stack(results)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
         inner = self.inner
-        caps = inner._caps if inner._caps is not None else inner._scan()
-        if caps.watched:
-            inner._check_watched(caps)
-        spec, key = inner._spec_for(example)
+        inner.check_captures()
+        caps = inner.captures
+        spec, key = inner.spec_for(example)
         hidden = list(caps.values())
         kinds, call_args = [], []
         for m, ax in zip([*moved, *hidden], [*axes, *[None] * len(hidden)]):
@@ -138,7 +137,7 @@ class Vmapped:
         else:
             from .jit import vmap_kernel
 
-            kernel = vmap_kernel(inner._numba_of(spec, key), kinds)
+            kernel = vmap_kernel(inner.numba_of(spec, key), kinds)
             outs, ok = np.empty((n, n_out)), np.empty(n, dtype=np.bool_)
             kernel(n, *call_args, outs, ok)
         layout = spec.out

@@ -384,7 +384,7 @@ def test_batch_generic_code_exports_at_the_example_length():
     rng = np.random.default_rng(0)
     X, y, w = rng.normal(size=(40, 2)), rng.normal(size=40), np.array([0.3, -0.2])
     vg = ad.value_and_grad(loss)
-    assert type(vg._spec_for((w, X, y))[0].compiled).__name__ == "_AtLength"
+    assert type(vg.spec_for((w, X, y))[0].compiled).__name__ == "AtLength"
     got = load(ad.export(loss, w, X, y), "loss")(w, X, y)
     same(got, vg(w, X, y))
     r = X @ w - y  # by hand: mean of squares, its gradient 2 X^T r / n
@@ -395,7 +395,7 @@ def test_interpreter_code_exports_with_guard_numbers(monkeypatch):
     monkeypatch.setattr(importlib.import_module("adcompile.jit"), "STRAIGHT_LINE_LIMIT", 3)
     x = np.array([1.0, 2.0])
     vg = ad.value_and_grad(branchy)
-    assert vg._spec_for((x, 3.0))[0].compiled.kind == "interpreter"
+    assert vg.spec_for((x, 3.0))[0].compiled.kind == "interpreter"
     f = load(ad.export(branchy, x, 3.0), "branchy")
     same(f(x, 3.0), vg(x, 3.0))
     with pytest.raises(ValueError, match=r"guard 1 failed: x\[0\] > 0.5"):
