@@ -1279,6 +1279,14 @@ class Transformed:
         spec, key = self.spec_for(example_args)
         return self.numba_of(spec, key)
 
+    def traced_spec(self, *args: Any) -> Specialisation:
+        """A specialisation traced at exactly these arguments' shapes (not code generic
+        in the batch length), kept beside the others."""
+        args = (*args, *self.captures.values())
+        flat, key = flatten_args(self._name, args, self.captures.hidden, self._skip)
+        with self._lock:
+            return self._specialise(key, args)
+
     def numba_of(self, spec: Specialisation, key: tuple) -> Callable:
         """The Numba function of ``spec`` (see ``numba``), made once. Its arguments
         are those of ``key``: the hidden inputs' values, if any, last."""

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from .api import AtLength
 from .codegen import Param, literal, straight_line
 from .outputs import OutLayout, size
 from .tape import INPUT, Guard, Tape
@@ -79,6 +80,8 @@ def export(
                 f"{t.fun_name}() reads {t.captures.hidden[0].what} from outside its arguments; "
                 "the C export takes only the arguments: pass that data as an argument"
             )
+        if isinstance(spec.compiled, AtLength):  # C needs the tape of exactly this length
+            spec = t.traced_spec(*example_args)
         text = _c_module(spec, params, fname, doc, what)
         header = c_header(text)
     else:
@@ -213,7 +216,6 @@ def _array_literal(a: np.ndarray, dtype: str = "float64") -> str:
 
 def _python_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
     """The kernel of compiled code of any kind, as Python source with a status."""
-    from .api import AtLength
     from .jit import BasisCompiled, LoopCompiled
 
     if isinstance(compiled, BasisCompiled):
@@ -496,23 +498,17 @@ def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -
         f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
     ]
     messages: list[str]
-    if isinstance(compiled, BasisCompiled) and compiled.one.kind == "straight-line":
+    # C is printed as straight-line code of the unrolled code tape, whatever kind
+    # of code adcompile itself compiled (folded loops are printed unrolled: a long
+    # file, but one any C compiler takes)
+    if isinstance(compiled, BasisCompiled):
         one = compiled.one
         inner = straight_line(one.tape, f"{fname}_one", [*params, one.params[-1]], doc, lang="c")
         messages = _guard_messages(one.tape, [*params, one.params[-1]])
         code = "static " + inner + "\n" + _c_basis(compiled, params, fname, sig_params)
-    elif getattr(compiled, "kind", "") == "straight-line" and not isinstance(
-        compiled, BasisCompiled
-    ):
+    else:
         code = straight_line(compiled.tape, fname, params, doc, lang="c")
         messages = _guard_messages(compiled.tape, params)
-    else:
-        kind = getattr(getattr(compiled, "one", compiled), "kind", "folded")
-        raise NotImplementedError(
-            f"target='c' prints straight-line code only; {what} at these shapes is "
-            f"{kind} code ({compiled.explanation.split('.')[0]}). "
-            "Export it with target='python', or at smaller shapes"
-        )
     proto = f"int {fname}({', '.join([*sig_params, 'double* out'])});"
     doc_lines = [
         f"{what}, exported by adcompile as C99 (only <math.h>).",

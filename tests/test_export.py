@@ -331,9 +331,34 @@ def test_c_hessian_by_basis_loop(tmp_path):
     np.testing.assert_allclose(out.reshape(10, 10), ad.hessian(h)(x), rtol=1e-12, atol=1e-14)
 
 
-def test_c_refuses_folded_code_clearly():
-    with pytest.raises(NotImplementedError, match="target='python'"):
-        ad.export(rosen, np.linspace(-1.0, 1.0, 1000), target="c")
+def test_c_of_folded_code_is_printed_unrolled_and_agrees(tmp_path):
+    x = np.linspace(-1.0, 1.0, 80)
+    vg = ad.value_and_grad(rosen)
+    vg(x)
+    assert vg.explanation.startswith("Folded")  # adcompile's own code has loops
+    src = ad.export(rosen, x, target="c")
+    fn = build(tmp_path, src, "rosen_c").rosen_value_and_grad
+    fn.argtypes, fn.restype = [P, P], ctypes.c_int
+    out = np.empty(81)
+    assert fn(ptr(x), ptr(out)) == 0
+    value, grad = vg(x)
+    np.testing.assert_allclose(out, [value, *grad], rtol=1e-13, atol=1e-13)
+
+
+def test_c_of_batch_generic_code_is_traced_at_the_example_length(tmp_path):
+    def loss(w, X, y):
+        return np.mean((X @ w - y) ** 2)
+
+    rng = np.random.default_rng(0)
+    X, y, w = rng.normal(size=(30, 3)), rng.normal(size=30), np.array([0.5, -1.0, 2.0])
+    vg = ad.value_and_grad(loss)
+    vg(w, X, y)
+    src = ad.export(loss, w, X, y, target="c")
+    fn = build(tmp_path, src, "loss_c").loss_value_and_grad
+    fn.argtypes, fn.restype = [P, P, P, P], ctypes.c_int
+    out = np.empty(4)
+    assert fn(ptr(w), ptr(np.ascontiguousarray(X)), ptr(y), ptr(out)) == 0
+    np.testing.assert_allclose(out[1:], 2 * X.T @ (X @ w - y) / 30, rtol=1e-12)
 
 
 # ------------------------------------------------------------------ the CLI
