@@ -267,6 +267,19 @@ DEMO_DOC = (
 )
 
 
+def _report(model: Any, X: Any, y: Any, args: argparse.Namespace) -> int:
+    """The trained model's decision boundary, accuracy and picture (the demo's end)."""
+    import numpy as np
+
+    predict = _mlp_scores(model)
+    accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
+    print(ascii_boundary(predict, X, y))
+    print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
+    if args.out and not _plot(predict, X, y, args.out, accuracy):
+        return 1
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """Train an MLP on two moons with compiled gradients and show the decision boundary."""
     import numpy as np
@@ -334,13 +347,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"{args.steps} steps with {mode} in {time.perf_counter() - start:.1f} s", file=sys.stderr
     )
 
-    predict = _mlp_scores(model)
-    accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
-    print(ascii_boundary(predict, X, y))
-    print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
-    if args.out and not _plot(predict, X, y, args.out, accuracy):
-        return 1
-    return 0
+    return _report(model, X, y, args)
 
 
 def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
@@ -409,13 +416,7 @@ def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
     finally:
         client.close()
         cluster.close()
-    predict = _mlp_scores(model)
-    accuracy = float(np.mean((predict(X) > 0) == (y > 0)))
-    print(ascii_boundary(predict, X, y))
-    print(f"final training accuracy: {100 * accuracy:.1f}% ({args.points} points)")
-    if args.out and not _plot(predict, X, y, args.out, accuracy):
-        return 1
-    return 0
+    return _report(model, X, y, args)
 
 
 def _flat_mlp_loss(shape: list[tuple[int, int, bool]]) -> Callable[..., Any]:

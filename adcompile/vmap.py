@@ -16,7 +16,6 @@ own branch's answer.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -207,12 +206,3 @@ def vmap(fun: Callable, in_axes: Any = 0, *, device: str = "cpu") -> Vmapped:
     "adcompile[cuda]"``; ``NUMBA_ENABLE_CUDASIM=1`` simulates one).
     """
     return Vmapped(fun, in_axes, device)
-
-
-def cuda_ready() -> bool:
-    """Whether ``device="cuda"`` can run here (a GPU, or Numba's CUDA simulator)."""
-    try:
-        from numba import cuda
-    except ImportError:
-        return False
-    return bool(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or cuda.is_available())
