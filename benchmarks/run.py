@@ -188,12 +188,14 @@ def _summary(rec: dict[str, Any]) -> str:
 #: ``adcompile bench NAME ...`` runs these instead of the peer comparison:
 #: first calls in fresh processes (issue 16), per-call overhead against the
 #: Numba kernel and the eager Value against micrograd (issue 17); Hessians,
-#: Jacobians and vmap against hand-written Numba, jax and torch.func (issue 18).
+#: Jacobians and vmap against hand-written Numba, jax and torch.func (issue 18);
+#: data-parallel gradients and multi-start on Dask workers (issue 20).
 SIDE_BY_SIDE = {
     "first-call": "first_call",
     "call-overhead": "call_overhead",
     "eager": "eager_side_by_side",
     "transforms": "transforms",
+    "distributed": "distributed",
 }
 
 
@@ -204,7 +206,8 @@ def parse_args(
     ap = argparse.ArgumentParser(
         prog=prog,
         description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md. "
-        "'first-call [--case C]', 'call-overhead', 'eager' and 'transforms' as the first "
+        "'first-call [--case C]', 'call-overhead', 'eager', 'transforms' and 'distributed' "
+        "as the first "
         "argument run those benchmarks instead.",
     )
     ap.add_argument(

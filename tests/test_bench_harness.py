@@ -301,6 +301,10 @@ def test_side_by_side_benchmarks_run_by_name(capsys):
     out = capsys.readouterr().out
     assert "--case" in out and "chain" in out
     assert run.main(["first-call", "--case", "no-such-case"]) == 2
+    # ... and 'adcompile bench distributed' to benchmarks/distributed.py (issue 20)
+    pytest.importorskip("distributed")
+    assert run.main(["distributed", "--help"], prog="adcompile bench") == 0
+    assert "--workers" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------- issue 18: benchmarks.transforms
