@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numbers
 import time
-import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -329,7 +329,22 @@ def hvp(fun: Callable) -> Derived:
     return Derived(fun, 0, "hvp")
 
 
-_JVPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The compiled jvp of the functions ``jvp`` was called with lately (by identity; a
+#: transform holds its function, so the table is bounded rather than weak).
+_JVPS: OrderedDict[int, Derived] = OrderedDict()
+JVP_CACHE = 64
+
+
+def jvp_transform(fun: Callable) -> Derived:
+    """The compiled jvp of ``fun`` that ``ad.jvp`` uses (made on first use)."""
+    t = _JVPS.get(id(fun))
+    if t is None or t.fun is not fun:
+        t = _JVPS[id(fun)] = Derived(fun, 0, "jvp")
+        while len(_JVPS) > JVP_CACHE:
+            _JVPS.popitem(last=False)
+    else:
+        _JVPS.move_to_end(id(fun))
+    return t
 
 
 def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[Any, Any]:
@@ -360,14 +375,4 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple
                 f"jvp(): tangent {k} has shape {ts}, but primal {k} has shape {ps}; "
                 "a tangent has its primal's shape"
             )
-    try:
-        t = _JVPS.get(fun)
-    except TypeError:
-        t = None
-    if t is None:
-        t = Derived(fun, 0, "jvp")
-        try:
-            _JVPS[fun] = t
-        except TypeError:
-            pass  # not weakly referable: compiled again next time
-    return t(*primals, *tangents)
+    return jvp_transform(fun)(*primals, *tangents)

@@ -310,7 +310,7 @@ def test_jvp_compiles_once_per_shape():
         x = np.arange(4.0) + k
         _, d = ad.jvp(f, (x,), (np.ones(4),))
         assert d == pytest.approx((3 * x**2).sum(), rel=1e-14)
-    assert transforms._JVPS[f].traces == 1
+    assert transforms.jvp_transform(f).traces == 1
 
 
 # ------------------------------------------------------------------ data and Numba
