@@ -570,14 +570,7 @@ class Transformed:
             return []
         nargs -= len(self._caps.hidden) if self._caps is not None else 0
         nargs -= len(self._kwnames)
-        nums = list(self.argnums) if self._many else [self.argnums]
-        for k in nums:
-            if not isinstance(k, int) or not -nargs <= k < nargs:
-                raise ValueError(
-                    f"argnums={self.argnums!r} does not fit {self._name}() called "
-                    f"with {nargs} positional arguments"
-                )
-        return [k % nargs for k in nums]
+        return argnum_positions(self.argnums, nargs, self._name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         fast = self._fast
@@ -1334,6 +1327,19 @@ def _check_argnums(argnums: Any, mode: str) -> None:
             f"argnums must be an int or a tuple of ints (positions of the arguments to "
             f"differentiate), got {argnums!r}"
         )
+
+
+def argnum_positions(argnums: int | Sequence[int], nargs: int, fname: str) -> list[int]:
+    """The positions ``argnums`` names among ``nargs`` positional arguments of
+    ``fname()`` (negative ones counted from the end); ValueError when one does not fit."""
+    nums = list(argnums) if isinstance(argnums, (tuple, list)) else [argnums]
+    for k in nums:
+        if not isinstance(k, int) or not -nargs <= k < nargs:
+            raise ValueError(
+                f"argnums={argnums!r} does not fit {fname}() called "
+                f"with {nargs} positional arguments"
+            )
+    return [k % nargs for k in nums]
 
 
 def data_point(args: Sequence[Any]) -> list[Any]:

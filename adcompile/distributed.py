@@ -326,15 +326,7 @@ class DistributedValueAndGrad:
 
     def __call__(self, *args: Any) -> Any:
         """``(loss, gradient)`` over all rows, as ``ad.value_and_grad(loss)(*args)``."""
-        nargs = len(args)
-        nums = list(self.argnums) if self._many else [self.argnums]
-        for k in nums:
-            if not isinstance(k, int) or not -nargs <= k < nargs:
-                raise ValueError(
-                    f"argnums={self.argnums!r} does not fit {self._name}() called with "
-                    f"{nargs} arguments"
-                )
-        wrt = [k % nargs for k in nums]
+        wrt = api.argnum_positions(self.argnums, len(args), self._name)
         data, n = self._data_args(args, wrt)
         bounds = self._chunking(args, data)  # raises before any work is sent
         client = get_client(self.client)
