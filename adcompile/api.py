@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -34,6 +35,8 @@ from .outputs import OutLayout, assemble, flatten_output
 from .reverse import grad_tape
 from .tape import COMPARE, CONST, Tape, forward_sweep
 from .value import (
+    DEFAULT_MODE,
+    MODE,
     Value,
     build_tape,
     constant,
@@ -103,6 +106,10 @@ def _from_disk(compiled: Any) -> bool:
 
 def shape_text(shape: Any) -> str:
     return "a number" if shape is None else f"shape {tuple(shape)}"
+
+
+def _key_text(key: tuple) -> str:
+    return ", ".join(shape_text(s) for s in key) or "no arguments"
 
 
 class _Announce:
@@ -388,17 +395,28 @@ class Specialisation:
         self.unpack = _unpacker(layout, mode, many) if out is None else out.unpack
         self.entry: Callable | None = None  # the fast path of calls like the last one
         self.numba: Callable | None = None  # its Numba entry (Transformed.numba)
+        self.direct: float | None = None  # seconds its direct entry took (once hot)
 
 
-def _entry(spec: Specialisation, key: tuple) -> Callable:
-    """A function of the call's arguments that checks, with a few ``type`` and
-    ``shape`` comparisons, that they fit ``spec`` (arguments of ``key``'s shapes),
-    runs its compiled code and returns the transform's result; None when they do
-    not fit or a guard fails (the caller then takes the general path).
+#: After this many calls through a specialisation's entry, small straight-line
+#: code gets a direct entry (``_direct_entry``): compiled once more, in about
+#: 0.1-0.3 s, so that a hot call skips most of the Python around the Numba call.
+HOT_CALLS = 100
+#: ... if its tape has at most this many slots (larger code runs long enough
+#: that the Python around the call matters little, and compiles for longer).
+HOT_SLOTS = 400
+
+
+def _entry(spec: Specialisation, key: tuple, slow: Callable, hot: Callable | None) -> Callable:
+    """The call of a transform whose arguments fit ``spec`` (arguments of ``key``'s
+    shapes), installed as its ``__call__``: a few ``type`` and ``shape``
+    comparisons, the compiled code, the transform's result. Anything else (other
+    arguments, keywords, a failed guard, a ``no_grad`` or ``debug_nans`` block)
+    goes to ``slow(args, kwargs)``, the general path. ``hot()`` is called once,
+    after ``HOT_CALLS`` calls.
     """
     names = [f"a{k}" for k in range(len(key))]
-    lines = ["def entry(args):", f"    if len(args) != {len(key)}:", "        return None"]
-    lines.append(f"    {', '.join(names)}, = args")
+    lines = _entry_head(names)
     flat = []
     for name, shape in zip(names, key):
         if shape is None:
@@ -412,9 +430,8 @@ def _entry(spec: Specialisation, key: tuple) -> Callable:
                 f"    if type({name}) is not ndarray or {name}.dtype is not F64 "
                 f"or {name}.shape != {shape!r}{strided}:"
             )
-        lines.append("        return None")
+        lines.append(f"        {_to_general(names)}")
         flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
-    result = _result_text(spec.out)
     compiled = spec.compiled
     folded = getattr(compiled, "folded", None)
     direct = compiled.fn if compiled.kind == "straight-line" else None
@@ -425,37 +442,175 @@ def _entry(spec: Specialisation, key: tuple) -> Callable:
         direct = folded.fn
         lines.append("    work = getattr(local, 'work', None)")
         lines.append("    if work is None:")
-        lines.append("        return None")
+        lines.append(f"        {_to_general(names)}")
         lines.append(f"    out = empty({compiled.n_out})")
         lines.append(f"    if not fn({', '.join([*flat, 'work', 'columns', 'out'])}):")
     else:
         lines.append(f"    ok, out = call({', '.join(flat)})")
         lines.append("    if not ok:")
-    lines.append("        return None")
-    lines.append(f"    return {result}")
-    ns = {
-        "ndarray": np.ndarray,
-        "F64": _F64,
-        "empty": np.empty,
-        "fn": _native(direct),
-        "call": spec.call,
-    }
+    lines.append(f"        {_to_general(names)}")
+    if hot is not None:
+        lines += ["    calls[0] += 1", f"    if calls[0] == {HOT_CALLS}:", "        hot()"]
+    lines.append(f"    return {_result_text(spec.out)}")
+    ns = _entry_names(slow)
+    ns.update(fn=_native(direct), call=spec.call, hot=hot, calls=[0])
     if folded is not None:
         ns.update(local=folded.local, columns=folded.columns)
-    exec(compile("\n".join(lines), f"<adcompile entry of {spec.compiled.kind} code>", "exec"), ns)
+    exec(compile("\n".join(lines), f"<adcompile entry of {compiled.kind} code>", "exec"), ns)
     return ns["entry"]
 
 
-def _result_text(layout: OutLayout) -> str:
-    """The expression that builds the transform's result from ``out`` (as
-    ``layout.unpack`` does), for the generated entry."""
-    parts = []
-    for start, shape in layout.parts:
+def _entry_head(names: list[str]) -> list[str]:
+    """The first lines of an entry taking the arguments ``names``: positional
+    only, so that any other call (fewer or more arguments, keywords) is seen
+    and goes to the general path, which says what is wrong with it."""
+    if not names:
+        return [
+            "def entry(*rest, **kwargs):",
+            "    if rest or kwargs or mode() is not default:",
+            "        return slow(rest, kwargs)",
+        ]
+    return [
+        f"def entry({', '.join(n + '=unset' for n in names)}, /, *rest, **kwargs):",
+        f"    if rest or kwargs or {names[-1]} is unset or mode() is not default:",
+        f"        return slow(given(({', '.join(names)},), rest), kwargs)",
+    ]
+
+
+def _to_general(names: list[str]) -> str:
+    """The line of an entry that leaves a call it took to the general path."""
+    return f"return slow(({''.join(n + ', ' for n in names)}), {{}})"
+
+
+def _given(args: tuple, rest: tuple) -> tuple:
+    """The arguments of a call an entry did not take."""
+    return tuple(a for a in args if a is not _UNSET) + rest
+
+
+_UNSET = object()
+
+
+def _entry_names(slow: Callable) -> dict[str, Any]:
+    return {
+        "__name__": __name__,  # (warnings and guard lines look past adcompile's frames)
+        "ndarray": np.ndarray,
+        "F64": _F64,
+        "empty": np.empty,
+        "mode": MODE.get,
+        "default": DEFAULT_MODE,
+        "slow": slow,
+        "unset": _UNSET,
+        "given": _given,
+    }
+
+
+def _hot_ready(spec: Specialisation, key: tuple) -> bool:
+    """Whether ``spec`` gets a direct entry once hot: small straight-line code
+    of floats and 1-D arrays."""
+    compiled = spec.compiled
+    return (
+        getattr(compiled, "kind", "") == "straight-line"
+        and isinstance(getattr(compiled, "tape", None), Tape)
+        and len(compiled.tape) <= HOT_SLOTS
+        and all(shape is None or len(shape) == 1 for shape in key)
+    )
+
+
+def _direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -> Callable:
+    """The entry of a hot specialisation (see ``_entry``): its straight-line code
+    compiled once more with the outputs placed where the result is built from
+    (``jit.compile_direct``), called through Numba's dispatcher, whose type
+    checks in C replace the entry's (a call it cannot take raises TypeError:
+    the general path then runs). Scalars come back as the Numba function's
+    result, arrays are allocated here and filled there.
+    """
+    from .codegen import Outputs
+    from .jit import compile_direct  # the one place Numba is imported
+
+    compiled = spec.compiled
+    params = compiled.params
+    taken = {p.name for p in params}
+
+    def fresh(name: str) -> str:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
+    parts = spec.out.parts
+    scalars = [k for k, (_, shape) in enumerate(parts) if shape is None]
+    arrays = [k for k, (_, shape) in enumerate(parts) if shape is not None]
+    local = {k: fresh(f"out_{k}") for k in scalars}
+    array = {k: fresh(f"out_{k}") for k in arrays}
+    targets = [""] * compiled.n_out
+    for k, (start, shape) in enumerate(parts):
         if shape is None:
+            targets[start] = local[k]
+        else:
+            for i in range(int(np.prod(shape))):
+                targets[start + i] = f"{array[k]}[{i}]"
+    whole = not arrays and _tuples_only(spec.out.tree)  # Numba returns the result itself
+    if whole:
+        success = _result_text(spec.out, lambda k: local[k])
+    elif len(scalars) == 1:
+        success = local[scalars[0]]
+    elif scalars:
+        success = "(" + ", ".join(local[k] for k in scalars) + ")"
+    else:
+        success = "True"
+    fn = compile_direct(
+        compiled.tape,
+        params,
+        f"{fname}_direct",
+        Outputs(tuple(array[k] for k in arrays), tuple(targets), success),
+    )
+    given = {k: f"g{k}" for k in arrays}
+    returned = {k: "r" if len(scalars) == 1 else f"r[{n}]" for n, k in enumerate(scalars)}
+
+    def part(k: int) -> str:
+        shape = parts[k][1]
+        if shape is None:
+            return returned[k]
+        return given[k] if len(shape) == 1 else f"{given[k]}.reshape({shape!r})"
+
+    names = [f"a{k}" for k in range(len(key))]
+    lines = _entry_head(names)
+    lines += [f"    {given[k]} = empty({int(np.prod(parts[k][1]))})" for k in arrays]
+    lines += [
+        "    try:",
+        f"        r = fn({', '.join(names + [given[k] for k in arrays])})",
+        "    except TypeError:  # other types than compiled for",
+        f"        {_to_general(names)}",
+        "    if r is None:  # another length, or a failed guard",
+        f"        {_to_general(names)}",
+        f"    return {'r' if whole else _result_text(spec.out, part)}",
+    ]
+    ns = _entry_names(slow)
+    ns["fn"] = fn
+    exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
+    return ns["entry"]
+
+
+def _tuples_only(tree: Any) -> bool:
+    """Whether an output tree nests only tuples (Numba can return it as it is)."""
+    if isinstance(tree, int):
+        return True
+    return tree[0] == "tuple" and all(_tuples_only(t) for t in tree[1])
+
+
+def _result_text(layout: OutLayout, part: Callable[[int], str] | None = None) -> str:
+    """The expression that builds the transform's result from ``out`` (as
+    ``layout.unpack`` does), for the generated entry; ``part(k)`` the text of
+    part ``k``, if not read from ``out``."""
+    parts = []
+    for k, (start, shape) in enumerate(layout.parts):
+        if part is not None:
+            parts.append(part(k))
+        elif shape is None:
             parts.append(f"out.item({start})")
         else:
-            part = f"out[{start}:{start + int(np.prod(shape))}]"
-            parts.append(part if len(shape) == 1 else f"{part}.reshape({shape!r})")
+            text = f"out[{start}:{start + int(np.prod(shape))}]"
+            parts.append(text if len(shape) == 1 else f"{text}.reshape({shape!r})")
 
     def walk(tree: Any) -> str:
         if isinstance(tree, int):
@@ -521,7 +676,22 @@ def _unpacker(layout: list, mode: str, many: bool) -> Callable[[np.ndarray], Any
 
 
 class Transformed:
-    """``f`` under ``grad`` / ``value_and_grad`` / ``jit``: compiled per shape and path."""
+    """``f`` under ``grad`` / ``value_and_grad`` / ``jit``: compiled per shape and path.
+
+    Each transform is the one instance of a class of its own (a subclass made
+    here), so that the entry of its last specialisation can be that class's
+    ``__call__`` (``_install``): a call like the last one then runs the entry
+    without a Python method frame in between.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Transformed:
+        if "_own" not in cls.__dict__:
+            cls = type(
+                cls.__name__,
+                (cls,),
+                {"_own": True, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+            )
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -555,9 +725,10 @@ class Transformed:
         self._namefun = fun  # whose parameters name the positional arguments
         self._kwnames: tuple[str, ...] = ()  # keyword arguments passed after them
         self._skip = 1 if leaves is not None else 0  # arguments before the user's
-        # the last specialisation's entry (_entry): the fast path of a call like the
-        # last one; None while the general path must run (captures, debug_nans)
-        self._fast: Callable | None = None
+        # the general path, for entries (_install): through a weak reference, so
+        # that this transform is freed without the cyclic GC
+        ref = weakref.ref(self)
+        self._slow = lambda args, kwargs: ref()._general(args, kwargs)
         # every trace and compile so far, with its reason (ad.explain)
         self.events: list[CompileEvent] = []
         self._stages: dict[str, float] = {}
@@ -573,11 +744,20 @@ class Transformed:
         return argnum_positions(self.argnums, nargs, self._name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        fast = self._fast
-        if fast is not None and not kwargs and not debug_nans_enabled():
-            result = fast(args)
-            if result is not None:
-                return result
+        # (while an entry is installed, it is this class's __call__ instead)
+        return self._general(args, kwargs)
+
+    def _install(self, entry: Callable | None) -> None:
+        """Make ``entry`` this transform's call (None: the general path)."""
+        own = type(self)
+        if entry is not None:
+            own.__call__ = staticmethod(entry)
+        elif "__call__" in own.__dict__:
+            del own.__call__
+
+    def _general(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A call, by the general path: the argument check, the specialisation's
+        lookup (tracing and compiling a new one), hidden inputs, keywords."""
         if kwargs:
             return self._keywords(args, kwargs)
         caps = self._caps
@@ -618,11 +798,41 @@ class Transformed:
                 self._raise_nonfinite(spec, flat, args)
         elif not self._caps.hidden and not self._caps.watched:
             if spec.entry is None:
-                spec.entry = _entry(spec, key)
-            self._fast = spec.entry
+                hot = None
+                if _hot_ready(spec, key):
+                    ref, held = weakref.ref(self), weakref.ref(spec)  # (no cycles)
+                    hot = lambda: ref()._heat(held(), key)  # noqa: E731
+                spec.entry = _entry(spec, key, self._slow, hot)
+            self._install(spec.entry)
         else:
-            self._fast = None
+            self._install(None)
         return spec.unpack(out)
+
+    def _heat(self, spec: Specialisation, key: tuple) -> None:
+        """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry."""
+        clock = time.perf_counter()
+        try:
+            entry = _direct_entry(spec, key, self._slow, self._fname_doc()[0])
+        except Exception as e:  # a bug in adcompile: the entry it has keeps working
+            if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
+                raise
+            warnings.warn(
+                f"adcompile: the direct entry of {self._name}() failed to compile "
+                f"({type(e).__name__}: {e}); its calls keep the general entry",
+                stacklevel=_user_stacklevel(),
+            )
+            return
+        spec.entry = entry
+        spec.direct = time.perf_counter() - clock
+        if self._last is spec:
+            self._install(entry)
+        if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
+            print(
+                f"adcompile: compiled a direct entry of {self._fname_doc()[0]} in "
+                f"{spec.direct:.2f} s: called {HOT_CALLS} times with {_key_text(key)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # ---- keyword arguments
 
@@ -687,7 +897,8 @@ class Transformed:
         with self._lock:
             self._specs.clear()
             self._batches.clear()
-            self._last = self._fast = None
+            self._last = None
+            self._install(None)
             caps.snapshot()
         warnings.warn(
             f"{self._name}() reads {w.what}, which has changed since it was traced "

@@ -23,6 +23,22 @@ from .tape import CONST, INPUT, Tape
 
 
 @dataclass(frozen=True)
+class Outputs:
+    """Where straight-line code puts its outputs instead of ``out[k]`` (the
+    calling convention of a transform's fast entry, ``jit.compile_direct``):
+    output ``k`` is assigned to ``targets[k]`` (an element of one of the
+    ``arrays`` parameters, which replace ``out``, or a local; empty: not
+    written), ``success`` is
+    returned when every guard holds, ``failure`` when one does not or an
+    array argument has another length than traced."""
+
+    arrays: tuple[str, ...]
+    targets: tuple[str, ...]
+    success: str
+    failure: str = "None"
+
+
+@dataclass(frozen=True)
 class Param:
     """One argument of the generated function: a scalar, or a flat float array."""
 
@@ -95,9 +111,11 @@ def straight_line(
     doc: str = "",
     status: bool = False,
     lang: str = "python",
+    outputs: Outputs | None = None,
 ) -> str:
     """Source of ``def fname(*params, out) -> bool``: writes the outputs to ``out``
     and returns False when a guard recorded while tracing does not hold.
+    ``outputs`` puts them elsewhere (Python only; see :class:`Outputs`).
 
     With ``status`` it returns 0 instead of True, and ``k`` (1-based) when
     ``tape.guards[k - 1]`` fails. ``lang="c"`` prints the same code as a C99
@@ -146,9 +164,15 @@ def straight_line(
         if doc:
             lines.append(f"    {c_comment(doc)}")
     else:
-        lines = [f"def {fname}({', '.join([p.name for p in params] + ['out'])}):"]
+        tail = list(outputs.arrays) if outputs else ["out"]
+        lines = [f"def {fname}({', '.join([p.name for p in params] + tail)}):"]
         if doc:
             lines.append(f'    """{doc}"""')
+        for p in params if outputs else ():
+            if p.size is not None:
+                lines.append(f"    if {p.name}.shape[0] != {p.size}:")
+                lines.append(f"        return {outputs.failure}")
+    failed = outputs.failure if outputs else None
     block = -1
     for j, node in enumerate(tape.nodes):
         op = node.op
@@ -178,15 +202,18 @@ def straight_line(
                 lines.append(f"    if ({test}) return {k};  {c_comment(note)}")
                 continue
             lines.append(f"    if {test}:  # {note}")
-            lines.append(f"        return {k if status else False}")
+            lines.append(f"        return {failed or (k if status else False)}")
     for _, g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
         assert g.holds([n.value for n in tape.nodes])
     for k, o in enumerate(tape.outputs):
-        lines.append(f"    out[{k}] = {operand(o)}" + (";" if c else ""))
+        target = outputs.targets[k] if outputs else f"out[{k}]"
+        if not target:  # an output the caller does not read
+            continue
+        lines.append(f"    {target} = {operand(o)}" + (";" if c else ""))
     if c:
         lines += ["    return 0;", "}"]
     else:
-        lines.append(f"    return {0 if status else True}")
+        lines.append(f"    return {outputs.success if outputs else 0 if status else True}")
     return "\n".join(lines) + "\n"
 
 

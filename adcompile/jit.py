@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from .codegen import (
+    Outputs,
     Param,
     Program,
     digest,
@@ -350,6 +351,31 @@ class Compiled:
         self._run(p.opcodes, p.arg0, p.arg1, vals)
         ok = self._check(p.guards, vals) if len(p.guards) else True
         return ok, vals[p.outputs]
+
+
+def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Outputs) -> Callable:
+    """Straight-line code of ``tape`` with its outputs placed as ``outputs`` says,
+    as a Numba function that the fast entry of a transform calls directly
+    (through Numba's dispatcher, which checks the arguments' types in C).
+
+    It is compiled for ``params`` and then closed to other types: a call with
+    other types raises TypeError. An array argument of another length, or a
+    failed guard, returns ``outputs.failure``.
+    """
+    source = module_source(
+        [
+            _comment(
+                f"{fname}: the code of the transform's calls, its outputs placed where "
+                "the caller reads them (arrays it passes, or returned)"
+            )
+            + straight_line(tape, fname, params, outputs=outputs)
+        ]
+    )
+    f64, arr = numba.types.float64, numba.types.float64[::1]
+    types = [f64 if p.size is None else arr for p in params] + [arr] * len(outputs.arrays)
+    fn = compile_now(getattr(load_source(source, fname), fname), tuple(types))
+    fn.disable_compile()
+    return fn
 
 
 def _comment(text: str) -> str:

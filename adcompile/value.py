@@ -65,6 +65,9 @@ class Mode(NamedTuple):
 
 _MODE: ContextVar[Mode] = ContextVar("adcompile_mode", default=Mode())  # noqa: B039 (immutable)
 _DEFAULT_MODE = _MODE.get()
+#: The mode ContextVar and its default, for fast paths that run only outside
+#: every ``no_grad`` / ``debug_nans`` / tracing block (``MODE.get() is DEFAULT_MODE``).
+MODE, DEFAULT_MODE = _MODE, _DEFAULT_MODE
 
 # A Value that takes no gradient (a constant, a requires_grad=False leaf, a result
 # made under no_grad) has _adj = _SINK for good: the reverse steps add into it

@@ -127,7 +127,7 @@ def test_fast_path_answers_as_the_general_path(n):
     rng = np.random.default_rng(n)
     first = rng.normal(size=n)
     vg(first)
-    assert vg._fast is not None
+    assert "__call__" in type(vg).__dict__  # the entry is installed
     grads = []
     for _ in range(3):
         x = rng.normal(size=n)
@@ -183,3 +183,124 @@ def test_fast_path_in_another_thread():
     t.start()
     t.join()
     np.testing.assert_allclose(got["r"][1], _rosen_grad(x + 0.5), rtol=1e-11)
+
+
+def _heat(fn, *args):
+    """Call ``fn`` until its specialisation has its direct entry (api.HOT_CALLS)."""
+    from adcompile.api import HOT_CALLS
+
+    for _ in range(HOT_CALLS + 1):
+        fn(*args)
+    assert "a direct entry" in ad.explain(fn)
+
+
+def test_direct_entry_answers_as_the_general_path():
+    vg = ad.value_and_grad(_rosen)
+    rng = np.random.default_rng(3)
+    _heat(vg, rng.normal(size=10))
+    results = []
+    for _ in range(3):
+        x = rng.normal(size=10)
+        value, g = vg(x)
+        assert value == pytest.approx(_rosen(x), rel=1e-12)
+        np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
+        results.append((x, g))
+    for x, g in results:  # each call's gradient is its own array
+        np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
+    # what the direct entry does not take goes the general way, with the same answers
+    x = rng.normal(size=10)
+    np.testing.assert_allclose(vg(list(x))[1], _rosen_grad(x), rtol=1e-11)
+    y = np.zeros(20)
+    y[::2] = x  # not contiguous
+    np.testing.assert_allclose(vg(y[::2])[1], _rosen_grad(x), rtol=1e-11)
+    np.testing.assert_allclose(vg(x.astype(np.float32))[1], _rosen_grad(x), rtol=1e-6)
+    ints = np.arange(10)
+    np.testing.assert_allclose(vg(ints)[1], _rosen_grad(ints.astype(float)), rtol=1e-12)
+    frozen = x.copy()
+    frozen.flags.writeable = False
+    np.testing.assert_allclose(vg(frozen)[1], _rosen_grad(x), rtol=1e-11)
+    np.testing.assert_allclose(vg(x[:8])[1], _rosen_grad(x[:8]), rtol=1e-11)  # a new shape
+    np.testing.assert_allclose(vg(x)[1], _rosen_grad(x), rtol=1e-11)
+    with pytest.raises(TypeError, match="argument"):
+        vg(x, x)
+    with pytest.raises(ValueError, match="argnums=0 does not fit"):
+        vg()
+
+
+def test_direct_entry_of_floats_branches_and_nans():
+    def f(x, y):
+        return x * y if x > 0 else ad.log(y) - x
+
+    g = ad.grad(f, argnums=(0, 1))
+    _heat(g, 2.0, 3.0)
+    assert g(2.5, 4.0) == (4.0, 2.5)
+    assert g(-1.0, 4.0) == pytest.approx((-1.0, 0.25))  # another branch
+    assert g(3.0, 5.0) == (5.0, 3.0)
+    assert g(3, 5) == (5.0, 3.0)  # ints are numbers too
+    with ad.debug_nans(), pytest.raises(ad.NonFiniteError, match="log"):
+        g(-1.0, -4.0)
+    with ad.debug_nans():  # the traced branch, with finite results, inside the block
+        assert g(2.0, 7.0) == (7.0, 2.0)
+    assert g(-1.0, -4.0) == pytest.approx((-1.0, -0.25))  # outside: log(-4) is nan
+
+    h = ad.grad(lambda x, k: x * x * k)
+    _heat(h, 1.5, 2.0)
+    assert h(1.5, k=3.0) == 2 * 1.5 * 3.0  # keywords take the general path
+    assert h(1.5, 2.0) == 2 * 1.5 * 2.0
+
+
+@pytest.mark.parametrize(
+    "make, args, expected",
+    [
+        # one float in, one float out: Numba returns the result itself
+        (lambda: ad.grad(lambda x: x**3), (2.0,), 12.0),
+        (lambda: ad.value_and_grad(lambda x: x**3), (2.0,), (8.0, 12.0)),
+        # a list comes out of jit: built in Python around the Numba call
+        (lambda: ad.jit(lambda x, y: [x * y, x + y]), (2.0, 3.0), [6.0, 5.0]),
+        # a tuple argnums with an array and a float
+        (
+            lambda: ad.value_and_grad(lambda w, b: np.sum(w * w) * b, argnums=(0, 1)),
+            (np.array([1.0, 2.0]), 3.0),
+            (15.0, (np.array([6.0, 12.0]), 5.0)),
+        ),
+        # a Jacobian of shape (2, 3): a 2-D result reshaped from the filled array
+        (
+            lambda: ad.jacobian(lambda x: np.array([x[0] * x[1], x[1] * x[2]])),
+            (np.array([1.0, 2.0, 3.0]),),
+            np.array([[2.0, 1.0, 0.0], [0.0, 3.0, 2.0]]),
+        ),
+    ],
+)
+def test_direct_entry_results_have_the_transforms_structure(make, args, expected):
+    fn = make()
+    _heat(fn, *args)
+    got = fn(*args)
+
+    def same(a, b):
+        assert type(a) is type(b) or (isinstance(b, float) and type(a) is float)
+        if isinstance(b, (tuple, list)):
+            assert len(a) == len(b)
+            for x, y in zip(a, b):
+                same(x, y)
+        elif isinstance(b, np.ndarray):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-13)
+        else:
+            assert a == pytest.approx(b, rel=1e-13)
+
+    same(got, expected)
+
+
+def test_a_hot_transform_is_freed_without_the_cyclic_gc():
+    import gc
+    import weakref
+
+    vg = ad.value_and_grad(_rosen)
+    _heat(vg, np.linspace(0, 1, 10))
+    ref = weakref.ref(vg)
+    gc.disable()
+    try:
+        del vg
+        assert ref() is None
+    finally:
+        gc.enable()
