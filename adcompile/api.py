@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, captures
+from . import batch, captures, entries
 from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
@@ -35,8 +35,6 @@ from .outputs import OutLayout, assemble, flatten_output
 from .reverse import grad_tape
 from .tape import COMPARE, CONST, Tape, forward_sweep
 from .value import (
-    DEFAULT_MODE,
-    MODE,
     Value,
     build_tape,
     constant,
@@ -398,241 +396,6 @@ class Specialisation:
         self.direct: float | None = None  # seconds its direct entry took (once hot)
 
 
-#: After this many calls through a specialisation's entry, small straight-line
-#: code gets a direct entry (``_direct_entry``): compiled once more, in about
-#: 0.1-0.3 s, so that a hot call skips most of the Python around the Numba call.
-HOT_CALLS = 100
-#: ... if its tape has at most this many slots (larger code runs long enough
-#: that the Python around the call matters little, and compiles for longer).
-HOT_SLOTS = 400
-
-
-def _entry(spec: Specialisation, key: tuple, slow: Callable, hot: Callable | None) -> Callable:
-    """The call of a transform whose arguments fit ``spec`` (arguments of ``key``'s
-    shapes), installed as its ``__call__``: a few ``type`` and ``shape``
-    comparisons, the compiled code, the transform's result. Anything else (other
-    arguments, keywords, a failed guard, a ``no_grad`` or ``debug_nans`` block)
-    goes to ``slow(args, kwargs)``, the general path. ``hot()`` is called once,
-    after ``HOT_CALLS`` calls.
-    """
-    names = [f"a{k}" for k in range(len(key))]
-    lines = _entry_head(names)
-    flat = []
-    for name, shape in zip(names, key):
-        if shape is None:
-            lines.append(f"    if type({name}) is not float:")
-        else:
-            # a 1-D array goes to the compiled code as it is: it must be contiguous
-            # (the code was compiled for that layout and is called past Numba's
-            # dispatcher, which would otherwise compile another version)
-            strided = f" or {name}.strides != (8,)" if len(shape) == 1 else ""
-            lines.append(
-                f"    if type({name}) is not ndarray or {name}.dtype is not F64 "
-                f"or {name}.shape != {shape!r}{strided}:"
-            )
-        lines.append(f"        {_to_general(names)}")
-        flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
-    compiled = spec.compiled
-    folded = getattr(compiled, "folded", None)
-    direct = compiled.fn if compiled.kind == "straight-line" else None
-    if direct is not None:  # straight-line code: call the Numba function itself
-        lines.append(f"    out = empty({compiled.n_out})")
-        lines.append(f"    if not fn({', '.join([*flat, 'out'])}):")
-    elif folded is not None:  # folded code: the same, with this thread's work array
-        direct = folded.fn
-        lines.append("    work = getattr(local, 'work', None)")
-        lines.append("    if work is None:")
-        lines.append(f"        {_to_general(names)}")
-        lines.append(f"    out = empty({compiled.n_out})")
-        lines.append(f"    if not fn({', '.join([*flat, 'work', 'columns', 'out'])}):")
-    else:
-        lines.append(f"    ok, out = call({', '.join(flat)})")
-        lines.append("    if not ok:")
-    lines.append(f"        {_to_general(names)}")
-    if hot is not None:
-        lines += ["    calls[0] += 1", f"    if calls[0] == {HOT_CALLS}:", "        hot()"]
-    lines.append(f"    return {_result_text(spec.out)}")
-    ns = _entry_names(slow)
-    ns.update(fn=_native(direct), call=spec.call, hot=hot, calls=[0])
-    if folded is not None:
-        ns.update(local=folded.local, columns=folded.columns)
-    exec(compile("\n".join(lines), f"<adcompile entry of {compiled.kind} code>", "exec"), ns)
-    return ns["entry"]
-
-
-def _entry_head(names: list[str]) -> list[str]:
-    """The first lines of an entry taking the arguments ``names``: positional
-    only, so that any other call (fewer or more arguments, keywords) is seen
-    and goes to the general path, which says what is wrong with it."""
-    if not names:
-        return [
-            "def entry(*rest, **kwargs):",
-            "    if rest or kwargs or mode() is not default:",
-            "        return slow(rest, kwargs)",
-        ]
-    return [
-        f"def entry({', '.join(n + '=unset' for n in names)}, /, *rest, **kwargs):",
-        f"    if rest or kwargs or {names[-1]} is unset or mode() is not default:",
-        f"        return slow(given(({', '.join(names)},), rest), kwargs)",
-    ]
-
-
-def _to_general(names: list[str]) -> str:
-    """The line of an entry that leaves a call it took to the general path."""
-    return f"return slow(({''.join(n + ', ' for n in names)}), {{}})"
-
-
-def _given(args: tuple, rest: tuple) -> tuple:
-    """The arguments of a call an entry did not take."""
-    return tuple(a for a in args if a is not _UNSET) + rest
-
-
-_UNSET = object()
-
-
-def _entry_names(slow: Callable) -> dict[str, Any]:
-    return {
-        "__name__": __name__,  # (warnings and guard lines look past adcompile's frames)
-        "ndarray": np.ndarray,
-        "F64": _F64,
-        "empty": np.empty,
-        "mode": MODE.get,
-        "default": DEFAULT_MODE,
-        "slow": slow,
-        "unset": _UNSET,
-        "given": _given,
-    }
-
-
-def _hot_ready(spec: Specialisation, key: tuple) -> bool:
-    """Whether ``spec`` gets a direct entry once hot: small straight-line code
-    of floats and 1-D arrays."""
-    compiled = spec.compiled
-    return (
-        getattr(compiled, "kind", "") == "straight-line"
-        and isinstance(getattr(compiled, "tape", None), Tape)
-        and len(compiled.tape) <= HOT_SLOTS
-        and all(shape is None or len(shape) == 1 for shape in key)
-    )
-
-
-def _direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -> Callable:
-    """The entry of a hot specialisation (see ``_entry``): its straight-line code
-    compiled once more with the outputs placed where the result is built from
-    (``jit.compile_direct``), called through Numba's dispatcher, whose type
-    checks in C replace the entry's (a call it cannot take raises TypeError:
-    the general path then runs). Scalars come back as the Numba function's
-    result, arrays are allocated here and filled there.
-    """
-    from .codegen import Outputs
-    from .jit import compile_direct  # the one place Numba is imported
-
-    compiled = spec.compiled
-    params = compiled.params
-    taken = {p.name for p in params}
-
-    def fresh(name: str) -> str:
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        return name
-
-    parts = spec.out.parts
-    scalars = [k for k, (_, shape) in enumerate(parts) if shape is None]
-    arrays = [k for k, (_, shape) in enumerate(parts) if shape is not None]
-    local = {k: fresh(f"out_{k}") for k in scalars}
-    array = {k: fresh(f"out_{k}") for k in arrays}
-    targets = [""] * compiled.n_out
-    for k, (start, shape) in enumerate(parts):
-        if shape is None:
-            targets[start] = local[k]
-        else:
-            for i in range(int(np.prod(shape))):
-                targets[start + i] = f"{array[k]}[{i}]"
-    whole = not arrays and _tuples_only(spec.out.tree)  # Numba returns the result itself
-    if whole:
-        success = _result_text(spec.out, lambda k: local[k])
-    elif len(scalars) == 1:
-        success = local[scalars[0]]
-    elif scalars:
-        success = "(" + ", ".join(local[k] for k in scalars) + ")"
-    else:
-        success = "True"
-    fn = compile_direct(
-        compiled.tape,
-        params,
-        f"{fname}_direct",
-        Outputs(tuple(array[k] for k in arrays), tuple(targets), success),
-    )
-    given = {k: f"g{k}" for k in arrays}
-    returned = {k: "r" if len(scalars) == 1 else f"r[{n}]" for n, k in enumerate(scalars)}
-
-    def part(k: int) -> str:
-        shape = parts[k][1]
-        if shape is None:
-            return returned[k]
-        return given[k] if len(shape) == 1 else f"{given[k]}.reshape({shape!r})"
-
-    names = [f"a{k}" for k in range(len(key))]
-    lines = _entry_head(names)
-    lines += [f"    {given[k]} = empty({int(np.prod(parts[k][1]))})" for k in arrays]
-    lines += [
-        "    try:",
-        f"        r = fn({', '.join(names + [given[k] for k in arrays])})",
-        "    except TypeError:  # other types than compiled for",
-        f"        {_to_general(names)}",
-        "    if r is None:  # another length, or a failed guard",
-        f"        {_to_general(names)}",
-        f"    return {'r' if whole else _result_text(spec.out, part)}",
-    ]
-    ns = _entry_names(slow)
-    ns["fn"] = fn
-    exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
-    return ns["entry"]
-
-
-def _tuples_only(tree: Any) -> bool:
-    """Whether an output tree nests only tuples (Numba can return it as it is)."""
-    if isinstance(tree, int):
-        return True
-    return tree[0] == "tuple" and all(_tuples_only(t) for t in tree[1])
-
-
-def _result_text(layout: OutLayout, part: Callable[[int], str] | None = None) -> str:
-    """The expression that builds the transform's result from ``out`` (as
-    ``layout.unpack`` does), for the generated entry; ``part(k)`` the text of
-    part ``k``, if not read from ``out``."""
-    parts = []
-    for k, (start, shape) in enumerate(layout.parts):
-        if part is not None:
-            parts.append(part(k))
-        elif shape is None:
-            parts.append(f"out.item({start})")
-        else:
-            text = f"out[{start}:{start + int(np.prod(shape))}]"
-            parts.append(text if len(shape) == 1 else f"{text}.reshape({shape!r})")
-
-    def walk(tree: Any) -> str:
-        if isinstance(tree, int):
-            return parts[tree]
-        items = [walk(t) for t in tree[1]]
-        if tree[0] == "list":
-            return f"[{', '.join(items)}]"
-        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-
-    return walk(layout.tree)
-
-
-def _native(fn: Any) -> Any:
-    """A Numba function's one compiled version, called without the dispatcher's
-    type matching (the entry has checked the arguments' types and layouts);
-    ``fn`` itself when it has none or several."""
-    overloads = getattr(fn, "overloads", None)
-    if not overloads or len(overloads) != 1:
-        return fn
-    return getattr(next(iter(overloads.values())), "entry_point", fn)
-
-
 def _out_layout(layout: list, mode: str, many: bool) -> OutLayout:
     """The grad / value_and_grad / jit result's place in the output array."""
     if mode == "jit":
@@ -799,10 +562,10 @@ class Transformed:
         elif not self._caps.hidden and not self._caps.watched:
             if spec.entry is None:
                 hot = None
-                if _hot_ready(spec, key):
+                if entries.hot_ready(spec, key):
                     ref, held = weakref.ref(self), weakref.ref(spec)  # (no cycles)
                     hot = lambda: ref()._heat(held(), key)  # noqa: E731
-                spec.entry = _entry(spec, key, self._slow, hot)
+                spec.entry = entries.entry(spec, key, self._slow, hot)
             self._install(spec.entry)
         else:
             self._install(None)
@@ -812,7 +575,7 @@ class Transformed:
         """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry."""
         clock = time.perf_counter()
         try:
-            entry = _direct_entry(spec, key, self._slow, self._fname_doc()[0])
+            entry = entries.direct_entry(spec, key, self._slow, self._fname_doc()[0])
         except Exception as e:  # a bug in adcompile: the entry it has keeps working
             if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
                 raise
@@ -829,7 +592,7 @@ class Transformed:
         if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
             print(
                 f"adcompile: compiled a direct entry of {self._fname_doc()[0]} in "
-                f"{spec.direct:.2f} s: called {HOT_CALLS} times with {_key_text(key)}",
+                f"{spec.direct:.2f} s: called {entries.HOT_CALLS} times with {_key_text(key)}",
                 file=sys.stderr,
                 flush=True,
             )

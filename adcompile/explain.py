@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api import HOT_CALLS, Transformed, shape_text
+from .api import Transformed, shape_text
+from .entries import HOT_CALLS
 from .vmap import Vmapped
 
 

@@ -378,6 +378,51 @@ def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Out
     return fn
 
 
+def compile_direct_folded(
+    folded: FoldedFunction,
+    fname: str,
+    arrays: Sequence[tuple[str, int, int]],
+    success: str,
+) -> tuple[Callable, int]:
+    """A Numba function that calls folded code and places its outputs as the
+    fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
+
+    ``arrays`` are ``(name, start, size)``: each such parameter receives
+    ``out[start:start + size]``; ``success`` is returned (an expression of
+    ``out``); None when a guard fails or an array argument has another length
+    than traced. ``s`` is scratch space of the returned size (the work array,
+    then ``out``), kept by the caller between calls. As ``compile_direct``, it
+    is closed to other types than compiled for (TypeError). Not cached on
+    disk: it links the folded code in, which its text does not show.
+    """
+    params = folded.params
+    names = [p.name for p in params]
+    lines = [f"def {fname}({', '.join([*names, *(a[0] for a in arrays), 's'])}):"]
+    for p in params:
+        if p.size is not None:
+            lines += [f"    if {p.name}.shape[0] != {p.size}:", "        return None"]
+    work = max(folded.work_size, 1)
+    lines += [
+        f"    out = s[{work}:]",
+        f"    if not main({', '.join([*names, 's', 'columns', 'out'])}):",
+        "        return None",
+    ]
+    for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
+        lines += [f"    for k in range({size}):", f"        {name}[k] = out[{start} + k]"]
+    lines.append(f"    return {success}")
+    ns: dict[str, Any] = {"main": folded.fn, "columns": folded.columns}
+    exec(compile("\n".join(lines) + "\n", f"<adcompile direct call of {fname}>", "exec"), ns)
+    f64, arr = numba.types.float64, numba.types.float64[::1]
+    types = [f64 if p.size is None else arr for p in params] + [arr] * (len(arrays) + 1)
+    fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
+    try:
+        fn.compile(tuple(types))
+    except numba.core.errors.NumbaError as e:
+        raise CompileError(f"Numba could not compile the direct call of {fname}") from e
+    fn.disable_compile()
+    return fn, work + folded.n_out
+
+
 def _comment(text: str) -> str:
     lines = textwrap.wrap(text, 76, break_on_hyphens=False)
     return "".join(f"# {line}\n" for line in lines)

@@ -186,21 +186,22 @@ def test_fast_path_in_another_thread():
 
 
 def _heat(fn, *args):
-    """Call ``fn`` until its specialisation has its direct entry (api.HOT_CALLS)."""
-    from adcompile.api import HOT_CALLS
+    """Call ``fn`` until its specialisation has its direct entry (entries.HOT_CALLS)."""
+    from adcompile.entries import HOT_CALLS
 
     for _ in range(HOT_CALLS + 1):
         fn(*args)
     assert "a direct entry" in ad.explain(fn)
 
 
-def test_direct_entry_answers_as_the_general_path():
+@pytest.mark.parametrize("n", [10, 300])  # straight-line code, folded code
+def test_direct_entry_answers_as_the_general_path(n):
     vg = ad.value_and_grad(_rosen)
     rng = np.random.default_rng(3)
-    _heat(vg, rng.normal(size=10))
+    _heat(vg, rng.normal(size=n))
     results = []
     for _ in range(3):
-        x = rng.normal(size=10)
+        x = rng.normal(size=n)
         value, g = vg(x)
         assert value == pytest.approx(_rosen(x), rel=1e-12)
         np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
@@ -208,18 +209,20 @@ def test_direct_entry_answers_as_the_general_path():
     for x, g in results:  # each call's gradient is its own array
         np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
     # what the direct entry does not take goes the general way, with the same answers
-    x = rng.normal(size=10)
+    x = rng.normal(size=n)
     np.testing.assert_allclose(vg(list(x))[1], _rosen_grad(x), rtol=1e-11)
-    y = np.zeros(20)
+    y = np.zeros(2 * n)
     y[::2] = x  # not contiguous
     np.testing.assert_allclose(vg(y[::2])[1], _rosen_grad(x), rtol=1e-11)
-    np.testing.assert_allclose(vg(x.astype(np.float32))[1], _rosen_grad(x), rtol=1e-6)
-    ints = np.arange(10)
+    x32 = x.astype(np.float32)  # taken as float64, as the general path takes it
+    np.testing.assert_allclose(vg(x32)[1], _rosen_grad(x32.astype(float)), rtol=1e-11)
+    ints = np.arange(n) % 3
     np.testing.assert_allclose(vg(ints)[1], _rosen_grad(ints.astype(float)), rtol=1e-12)
     frozen = x.copy()
     frozen.flags.writeable = False
     np.testing.assert_allclose(vg(frozen)[1], _rosen_grad(x), rtol=1e-11)
-    np.testing.assert_allclose(vg(x[:8])[1], _rosen_grad(x[:8]), rtol=1e-11)  # a new shape
+    short = x[: n - 2]  # a new shape
+    np.testing.assert_allclose(vg(short)[1], _rosen_grad(short), rtol=1e-11)
     np.testing.assert_allclose(vg(x)[1], _rosen_grad(x), rtol=1e-11)
     with pytest.raises(TypeError, match="argument"):
         vg(x, x)
@@ -304,3 +307,42 @@ def test_a_hot_transform_is_freed_without_the_cyclic_gc():
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_direct_entry_of_folded_code_with_guards_and_threads():
+    import threading
+
+    def f(x):  # folded into a loop; the branch is a guard on the traced path
+        s = 0.0
+        for i in range(len(x) - 1):
+            s = s + (x[i + 1] - x[i]) ** 2
+        return s if x[0] > 0 else -s
+
+    def grad(x, sign):
+        d = np.diff(x)
+        g = np.zeros_like(x)
+        g[:-1] -= 2 * d
+        g[1:] += 2 * d
+        return sign * g
+
+    vg = ad.value_and_grad(f)
+    x = np.linspace(0.5, 2.0, 300)
+    _heat(vg, x)
+    assert vg.last.compiled.kind == "folded"
+    np.testing.assert_allclose(vg(x + 1)[1], grad(x + 1, 1.0), rtol=1e-12)
+    np.testing.assert_allclose(vg(x - 1)[1], grad(x - 1, -1.0), rtol=1e-12)  # the guard fails
+    got = {}
+
+    def run(k):  # each thread has its own scratch space
+        z = x * (k + 1)
+        got[k] = (z, [vg(z) for _ in range(200)])
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for z, results in got.values():
+        for value, g in results:
+            assert value == pytest.approx(np.sum(np.diff(z) ** 2), rel=1e-12)
+            np.testing.assert_allclose(g, grad(z, 1.0), rtol=1e-12)
