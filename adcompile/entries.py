@@ -4,10 +4,10 @@ A transform installs its last specialisation's entry as its ``__call__``
 (``api.Transformed._install``). The entry checks, with a few ``type`` and
 ``shape`` comparisons, that a call fits the specialisation, runs its compiled
 code and builds the result; anything else goes to the general path. After
-``HOT_CALLS`` calls, small straight-line code gets a *direct* entry: the code
-compiled once more with its outputs placed where the result is built from,
-called through Numba's dispatcher (whose type checks, in C, replace the
-entry's).
+``HOT_CALLS`` calls, small straight-line or folded code gets a *direct*
+entry: a Numba function that places the outputs where the result is built
+from, called through Numba's dispatcher (whose type checks, in C, replace
+the entry's).
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ F64_DTYPE = np.dtype(np.float64)
 Specialisation = Any  # api.Specialisation (api imports this module, not the reverse)
 
 
-#: After this many calls through a specialisation's entry, small straight-line
-#: code gets a direct entry (``direct_entry``): compiled once more, in about
-#: 0.1-0.3 s, so that a hot call skips most of the Python around the Numba call.
+#: After this many calls through a specialisation's entry, small code gets a
+#: direct entry (``direct_entry``): compiled once more, in about 0.1-0.3 s, so
+#: that a hot call skips most of the Python around the Numba call.
 HOT_CALLS = 100
-#: ... if its tape has at most this many slots (larger code runs long enough
-#: that the Python around the call matters little, and compiles for longer).
+#: Straight-line code gets one if its tape has at most this many slots (larger
+#: code runs long enough that the Python around the call matters little, and
+#: compiles for longer).
 HOT_SLOTS = 400
 #: Folded code gets one with up to this many input elements, and this many
 #: lines of source.
@@ -123,6 +124,7 @@ UNSET = object()
 
 
 def entry_names(slow: Callable) -> dict[str, Any]:
+    """The names every generated entry reads."""
     return {
         "__name__": __name__,  # (warnings and guard lines look past adcompile's frames)
         "ndarray": np.ndarray,
