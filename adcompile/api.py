@@ -575,6 +575,8 @@ class Transformed:
         """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry."""
         clock = time.perf_counter()
         try:
+            if not entries.worth_it(spec, key):  # its calls take long enough as they are
+                return
             entry = entries.direct_entry(spec, key, self._slow, self._fname_doc()[0])
         except Exception as e:  # a bug in adcompile: the entry it has keeps working
             if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):

@@ -13,6 +13,7 @@ the entry's).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,10 +35,11 @@ HOT_CALLS = 100
 #: code runs long enough that the Python around the call matters little, and
 #: compiles for longer).
 HOT_SLOTS = 400
-#: Folded code gets one with up to this many input elements, and this many
-#: lines of source.
-HOT_FOLDED_INPUTS = 5000
+#: Folded code gets one if its source has at most this many lines.
 HOT_FOLDED_LINES = 300
+#: ... and either only if its compiled code takes at most this long a call
+#: (a direct entry saves about 0.3 to 0.5 µs a call).
+HOT_MAX_SECONDS = 20e-6
 
 
 def entry(spec: Specialisation, key: tuple, slow: Callable, hot: Callable | None) -> Callable:
@@ -139,17 +141,30 @@ def entry_names(slow: Callable) -> dict[str, Any]:
 
 
 def hot_ready(spec: Specialisation, key: tuple) -> bool:
-    """Whether ``spec`` gets a direct entry once hot: small straight-line or
-    folded code of floats and 1-D arrays."""
+    """Whether ``spec`` may get a direct entry once hot: straight-line code of
+    at most ``HOT_SLOTS`` slots, or folded code of at most ``HOT_FOLDED_LINES``
+    lines, of floats and 1-D arrays."""
     if not all(shape is None or len(shape) == 1 for shape in key):
         return False
     compiled = spec.compiled
     kind = getattr(compiled, "kind", "")
     if kind == "folded":  # (its unrolled tape may not exist: not asked for)
-        inputs = sum(1 if shape is None else shape[0] for shape in key)
-        return inputs <= HOT_FOLDED_INPUTS and compiled.source.count("\n") <= HOT_FOLDED_LINES
+        code = getattr(compiled, "folded", None) or getattr(compiled, "gen", None)
+        return code is not None and compiled.source.count("\n") <= HOT_FOLDED_LINES
     tape = getattr(compiled, "tape", None)
     return kind == "straight-line" and isinstance(tape, Tape) and len(tape) <= HOT_SLOTS
+
+
+def worth_it(spec: Specialisation, key: tuple) -> bool:
+    """Whether a call of ``spec``'s compiled code is short enough (under
+    ``HOT_MAX_SECONDS``, timed on zeros) that a direct entry would matter."""
+    args = [0.0 if shape is None else np.zeros(shape) for shape in key]
+    times = []
+    for _ in range(3):
+        clock = time.perf_counter()
+        spec.call(*args)
+        times.append(time.perf_counter() - clock)
+    return sorted(times)[1] <= HOT_MAX_SECONDS
 
 
 def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -> Callable:
@@ -167,8 +182,9 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
     from .jit import compile_direct, compile_direct_folded  # the one place Numba is imported
 
     compiled = spec.compiled
-    params = compiled.params
-    taken = {p.name for p in params} | {"out", "s", "k", "main", "columns"}
+    folded = compiled.kind == "folded"
+    params = [] if folded else compiled.params
+    taken = {p.name for p in params}
 
     def fresh(name: str) -> str:
         while name in taken:
@@ -180,7 +196,6 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
     scalars = [k for k, (_, shape) in enumerate(parts) if shape is None]
     arrays = [k for k, (_, shape) in enumerate(parts) if shape is not None]
     sizes = {k: int(np.prod(parts[k][1])) for k in arrays}
-    folded = compiled.kind == "folded"
     local = {k: f"out[{parts[k][0]}]" if folded else fresh(f"out_{k}") for k in scalars}
     array = {k: fresh(f"out_{k}") for k in arrays}
     whole = not arrays and tuples_only(spec.out.tree)  # Numba returns the result itself
@@ -195,7 +210,15 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
     scratch = 0
     if folded:
         placed = [(array[k], parts[k][0], sizes[k]) for k in arrays]
-        fn, scratch = compile_direct_folded(compiled.folded, f"{fname}_direct", placed, success)
+        batch = getattr(compiled, "gen", None)  # batch-generic code at one length
+        fn, scratch = compile_direct_folded(
+            batch or compiled.folded,
+            [None if shape is None else shape[0] for shape in key],
+            f"{fname}_direct",
+            placed,
+            success,
+            compiled.n if batch is not None else None,
+        )
     else:
         targets = [""] * compiled.n_out
         for k, (start, _) in enumerate(parts):

@@ -379,32 +379,40 @@ def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Out
 
 
 def compile_direct_folded(
-    folded: FoldedFunction,
+    folded: Any,
+    sizes: Sequence[int | None],
     fname: str,
     arrays: Sequence[tuple[str, int, int]],
     success: str,
+    n: int | None = None,
 ) -> tuple[Callable, int]:
     """A Numba function that calls folded code and places its outputs as the
     fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
 
-    ``arrays`` are ``(name, start, size)``: each such parameter receives
-    ``out[start:start + size]``; ``success`` is returned (an expression of
-    ``out``); None when a guard fails or an array argument has another length
-    than traced. ``s`` is scratch space of the returned size (the work array,
-    then ``out``), kept by the caller between calls. As ``compile_direct``, it
-    is closed to other types than compiled for (TypeError). Not cached on
-    disk: it links the folded code in, which its text does not show.
+    ``folded`` is a :class:`FoldedFunction` (or folded code shaped like one),
+    or batch-generic code (``adcompile.batch``) run at batch length ``n``;
+    ``sizes`` are its arguments' (None for a float). ``arrays`` are ``(name,
+    start, size)``: each such parameter receives ``out[start:start + size]``;
+    ``success`` is returned (an expression of ``out``); None when a guard
+    fails or an array argument has another length than traced. ``s`` is
+    scratch space of the returned size (the work array, then ``out``), kept
+    by the caller between calls. As ``compile_direct``, it is closed to other
+    types than compiled for (TypeError). Not cached on disk: it links the
+    folded code in, which its text does not show.
     """
-    params = folded.params
-    names = [p.name for p in params]
+    names = [f"a{k}" for k in range(len(sizes))]
     lines = [f"def {fname}({', '.join([*names, *(a[0] for a in arrays), 's'])}):"]
-    for p in params:
-        if p.size is not None:
-            lines += [f"    if {p.name}.shape[0] != {p.size}:", "        return None"]
-    work = max(folded.work_size, 1)
+    for name, size in zip(names, sizes):
+        if size is not None:
+            lines += [f"    if {name}.shape[0] != {size}:", "        return None"]
+    if n is None:
+        work, lead = max(folded.work_size, 1), []
+    else:
+        a, b = folded.work_size
+        work, lead = max(a * n + b, 1), [str(n)]
     lines += [
         f"    out = s[{work}:]",
-        f"    if not main({', '.join([*names, 's', 'columns', 'out'])}):",
+        f"    if not main({', '.join([*lead, *names, 's', 'columns', 'out'])}):",
         "        return None",
     ]
     for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
@@ -413,7 +421,7 @@ def compile_direct_folded(
     ns: dict[str, Any] = {"main": folded.fn, "columns": folded.columns}
     exec(compile("\n".join(lines) + "\n", f"<adcompile direct call of {fname}>", "exec"), ns)
     f64, arr = numba.types.float64, numba.types.float64[::1]
-    types = [f64 if p.size is None else arr for p in params] + [arr] * (len(arrays) + 1)
+    types = [f64 if size is None else arr for size in sizes] + [arr] * (len(arrays) + 1)
     fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
     try:
         fn.compile(tuple(types))

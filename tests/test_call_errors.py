@@ -326,3 +326,44 @@ def test_direct_entry_of_folded_code_with_guards_and_threads():
         for value, g in results:
             assert value == pytest.approx(np.sum(np.diff(z) ** 2), rel=1e-12)
             np.testing.assert_allclose(g, grad(z, 1.0), rtol=1e-12)
+
+
+def test_direct_entry_of_batch_generic_code():
+    def loss(w, a, y):  # a loop over the rows: one program for every batch length
+        s = 0.0
+        for i in range(len(y)):
+            r = a[i] * w[0] + w[1] - y[i]
+            s = s + r * r
+        return s / len(y)
+
+    def grad(w, a, y):
+        r = a * w[0] + w[1] - y
+        return np.array([np.mean(2 * r * a), np.mean(2 * r)])
+
+    rng = np.random.default_rng(7)
+    vg = ad.value_and_grad(loss)
+    w = np.array([0.5, -0.2])
+    for n in (30, 31, 33, 40):
+        a, y = rng.normal(size=n), rng.normal(size=n)
+        np.testing.assert_allclose(vg(w, a, y)[1], grad(w, a, y), rtol=1e-12)
+    assert vg.last.tape is None  # served by batch-generic code
+    _heat(vg, w, a, y)
+    for _ in range(3):
+        a, y, w = rng.normal(size=40), rng.normal(size=40), rng.normal(size=2)
+        value, g = vg(w, a, y)
+        assert value == pytest.approx(np.mean((a * w[0] + w[1] - y) ** 2), rel=1e-12)
+        np.testing.assert_allclose(g, grad(w, a, y), rtol=1e-12)
+    a, y = rng.normal(size=50), rng.normal(size=50)  # another length: the general path
+    np.testing.assert_allclose(vg(w, a, y)[1], grad(w, a, y), rtol=1e-12)
+
+
+def test_no_direct_entry_where_a_call_takes_long():
+    from adcompile.entries import HOT_CALLS, HOT_MAX_SECONDS
+
+    vg = ad.value_and_grad(_rosen)
+    x = np.linspace(-1, 1, 40_000)  # folded; a call takes far longer than HOT_MAX_SECONDS
+    assert HOT_MAX_SECONDS < 1e-4
+    for _ in range(HOT_CALLS + 1):
+        value, g = vg(x)
+    assert "a direct entry" not in ad.explain(vg)
+    np.testing.assert_allclose(g, _rosen_grad(x), rtol=1e-11)
