@@ -9,6 +9,7 @@ code never answers for a branch it did not see.
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import functools
 import inspect
@@ -509,6 +510,15 @@ class Transformed:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # (while an entry is installed, it is this class's __call__ instead)
         return self._general(args, kwargs)
+
+    def __copy__(self) -> Transformed:
+        """A new transform of the same function (it traces again on its first call)."""
+        new = self._like(self.fun)
+        new._name, new._namefun, new._kwnames = self._name, self._namefun, self._kwnames
+        return new
+
+    def __deepcopy__(self, memo: dict) -> Transformed:
+        return self.__copy__()
 
     def _install(self, entry: Callable | None) -> None:
         """Make ``entry`` this transform's call (None: the general path)."""
@@ -1270,7 +1280,9 @@ class Transformed:
         return spec.numba
 
 
-_RESERVED = frozenset({"out", "math", "params"})
+# names generated code uses besides the arguments: an argument of the same name is
+# renamed there (``x_``); Python's builtins included (``range``, ``len`` ...)
+_RESERVED = frozenset({"out", "math", "params", *dir(builtins)})
 
 
 class _ShortBatch(Exception):

@@ -249,10 +249,19 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
             f"        s = local.s = empty({scratch})",
         ]
     called = names + [given[k] for k in arrays] + (["s"] if scratch else [])
+    # Numba's dispatcher converts bools and ints to float64 (the general path
+    # refuses bools), and has been seen to take a byte-swapped float64 array
+    # for a native one: floats and dtypes are checked here
+    checks = [
+        f"type({name}) is not float" if shape is None else f"{name}.dtype is not F64"
+        for name, shape in zip(names, key)
+    ]
+    lines.append("    try:")
+    if checks:
+        lines += [f"        if {' or '.join(checks)}:", f"            {to_general(names)}"]
     lines += [
-        "    try:",
         f"        r = fn({', '.join(called)})",
-        "    except TypeError:  # other types than compiled for",
+        "    except Exception:  # other types than compiled for (Numba's errors included)",
         f"        {to_general(names)}",
         "    if r is None:  # another length, or a failed guard",
         f"        {to_general(names)}",
