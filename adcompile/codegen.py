@@ -25,12 +25,12 @@ from .tape import CONST, INPUT, Tape
 @dataclass(frozen=True)
 class Outputs:
     """Where straight-line code puts its outputs instead of ``out[k]`` (the
-    calling convention of a transform's fast entry, ``jit.compile_direct``):
-    output ``k`` is assigned to ``targets[k]`` (an element of one of the
-    ``arrays`` parameters, which replace ``out``, or a local; empty: not
-    written), ``success`` is
-    returned when every guard holds, ``failure`` when one does not or an
-    array argument has another length than traced."""
+    calling convention of a transform's direct entry, ``jit.compile_direct``).
+
+    Output ``k`` is assigned to ``targets[k]``: an element of one of the
+    ``arrays`` parameters (which replace ``out``), or a local; empty: not
+    written. ``success`` is returned when every guard holds, ``failure`` when
+    one does not or an array argument has another length than traced."""
 
     arrays: tuple[str, ...]
     targets: tuple[str, ...]
