@@ -169,8 +169,9 @@ def worth_it(spec: Specialisation, key: tuple) -> bool:
 
 def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -> Callable:
     """The entry of a hot specialisation (see ``entry``), called through Numba's
-    dispatcher, whose type checks in C replace the entry's (a call it cannot
-    take raises TypeError: the general path then runs). Scalars come back as
+    dispatcher, whose type checks in C replace most of the entry's (a call it
+    cannot take raises: the general path then runs; floats and dtypes are
+    checked here, where Numba would convert them). Scalars come back as
     the Numba function's result, arrays are allocated here and filled there.
 
     Straight-line code is compiled once more with its outputs placed so
