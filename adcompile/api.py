@@ -43,6 +43,7 @@ from .value import (
     gc_paused,
     no_grad,
     nonfinite_error,
+    traced_float,
     tracing,
 )
 
@@ -324,6 +325,8 @@ def trace_call(
     names = param_names(f, len(args)) if names is None else list(names)
     traced, inputs, input_names = _traced_inputs(args, names)
     with tracing(sites) as state:
+        for v in inputs:
+            traced_float(v)  # (a branch on x.data is guarded, as one on x is)
         out = f(*traced)
     if multi:
         ys, tree = flatten_output(fname, out, _output_leaf)

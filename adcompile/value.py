@@ -25,6 +25,7 @@ import struct
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
@@ -49,6 +50,84 @@ class TraceState:
         # it, naming the op that made a nan, traces again with it.
         self.sites = sites
         self.where: dict[int, tuple[Any, int] | None] = {}
+
+
+class TracedFloat(float):
+    """The ``.data`` of a Value made while tracing: a float whose comparisons and
+    truthiness, made in the user's code, are kept as guards on its Value (a
+    branch on ``x.data > 0`` is guarded as one on ``x > 0`` is)."""
+
+    # A leaf's: a weak reference to it (the trace holds it); a result's: its op
+    # and operands, to make it again (a reference to the result itself would be a
+    # cycle, and the result may be gone by the time its ``.data`` is compared).
+    __slots__ = ("owner", "op", "args")
+
+    def value(self) -> Value | None:
+        """The Value this is the ``.data`` of (made again for a result), or None."""
+        if self.owner is not None:
+            return self.owner()
+        return _result(self.op, self.args, float(self))
+
+    def _guard(self, cmp: str, other: Any) -> Any:
+        if _MODE.get().trace is None or sys._getframe(2).f_globals.get(
+            "__name__", ""
+        ).startswith(_LIBRARY_FRAMES):
+            return COMPARE_FLOATS[cmp](float(self), other)
+        if type(other) is TracedFloat:
+            other = other.value()
+        elif not isinstance(other, (Value, numbers.Real)):
+            return COMPARE_FLOATS[cmp](float(self), other)
+        owner = self.value()
+        if owner is None or other is None:
+            return COMPARE_FLOATS[cmp](float(self), float(other))
+        return owner._compare(cmp, other)
+
+    def __lt__(self, other: Any) -> Any:
+        return self._guard("<", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._guard("<=", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._guard(">", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._guard(">=", other)
+
+    def __eq__(self, other: Any) -> Any:
+        return self._guard("==", other)
+
+    def __ne__(self, other: Any) -> Any:
+        return self._guard("!=", other)
+
+    __hash__ = float.__hash__
+
+    def __bool__(self) -> bool:
+        return bool(self._guard("!=", 0.0))
+
+    def __reduce__(self) -> tuple:  # (pickles and copies as a plain float)
+        return (float, (float(self),))
+
+
+def traced_float(v: Value, op: Op | None = None, args: tuple = ()) -> None:
+    """Make ``v.data`` a :class:`TracedFloat` (while tracing): of the leaf ``v``, or
+    of ``op`` applied to ``args``."""
+    t = TracedFloat(v.data)
+    if op is None:
+        t.owner = weakref.ref(v)
+    else:
+        t.owner, t.op, t.args = None, op, args
+    v.data = t
+
+
+def _frozen_data(x: Any) -> None:
+    if type(x) is TracedFloat and _MODE.get().trace is not None:
+        raise TypeError(
+            "the .data of a traced Value was used as a number: it would freeze the "
+            "value seen while tracing into the compiled code. Use the Value itself "
+            "(x, not x.data), or compute the number outside the function and pass "
+            "it as an argument"
+        )
 
 
 class NonFiniteError(FloatingPointError):
@@ -142,6 +221,7 @@ def _bad_operand(other: Any, what: str) -> TypeError:
 
 def _as_float(x: Any) -> float:
     if isinstance(x, numbers.Real) and not isinstance(x, Value):
+        _frozen_data(x)
         return float(x)
     if isinstance(x, np.ndarray) and x.size == 1 and x.dtype != object:
         return float(x.reshape(()))
@@ -187,8 +267,10 @@ def _moded(out: Value, op: Op, operands: tuple) -> Value:
     mode = _MODE.get()
     if mode.nans and not math.isfinite(out.data) and all(math.isfinite(v.data) for v in operands):
         raise nonfinite_error(op, [v.data for v in operands], out.data, _caller_line())
-    if mode.trace is not None and mode.trace.sites:
-        mode.trace.where[out._serial] = _caller_site(3)
+    if mode.trace is not None:
+        traced_float(out, op, operands)
+        if mode.trace.sites:
+            mode.trace.where[out._serial] = _caller_site(3)
     if mode.grad:
         for v in operands:
             if v._rg:
@@ -217,6 +299,7 @@ def _operand(other: Any, op: Op) -> Any:
     if type(other) is float or type(other) is int:
         return constant(other)
     if isinstance(other, numbers.Real) and not isinstance(other, Value):
+        _frozen_data(other)
         return constant(other)
     if isinstance(other, Value):
         return other
@@ -391,6 +474,7 @@ class Value:
                 if type(a) is float or type(a) is int:
                     a = constant(a)
                 elif isinstance(a, numbers.Real) and not isinstance(a, Value):
+                    _frozen_data(a)
                     a = constant(a)
                 elif isinstance(a, Value):
                     pass
@@ -465,8 +549,26 @@ class Value:
     def __ge__(self, other: Any) -> bool:
         return self._compare(">=", other)
 
-    # == and hash() stay object identity (inherited), as in micrograd: Values
-    # live in sets and dicts.
+    # == and != follow the floats too (a guard while tracing), as a branch on
+    # ``x == 0.5`` must; hash() stays object identity, as in micrograd and
+    # PyTorch, so Values still live in sets and dicts (a set lookup compares
+    # hashes first, and distinct Values never share one).
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (Value, numbers.Real)):
+            return self._compare("==", other)
+        return NotImplemented
+
+    def __ne__(self, other: Any) -> bool:
+        if isinstance(other, (Value, numbers.Real)):
+            return self._compare("!=", other)
+        return NotImplemented
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        """Truthiness of the float (``x != 0``), guarded while tracing."""
+        return self._compare("!=", 0.0)
 
     # -- conversions -------------------------------------------------------
 
@@ -498,7 +600,13 @@ class Value:
 
     def detach(self) -> Value:
         """A new leaf with the same value that takes no gradient."""
-        return Value(self.data, requires_grad=False)
+        if _MODE.get().trace is not None:
+            raise TypeError(
+                "detach() was called on a traced Value: the new leaf would freeze the "
+                "value seen while tracing into the compiled code. Compute what needs "
+                "no gradient outside the function and pass it as an argument"
+            )
+        return Value(float(self.data), requires_grad=False)
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
@@ -753,6 +861,8 @@ COMPARE_FLOATS = {
     "<=": float.__le__,
     ">": float.__gt__,
     ">=": float.__ge__,
+    "==": float.__eq__,
+    "!=": float.__ne__,
 }
 
 
