@@ -13,9 +13,15 @@ and serves every batch length, the last short batch included.
 This module says which arguments are the batch (``batched``) and holds the
 compiled code (``BatchCompiled``).
 
-Python code may still treat some lengths differently (``range(min(n,
-10))``): the caller checks the first answer at each new length against
-``f`` run on plain floats, and traces the full length when they differ.
+Python code may treat some lengths differently (``if len(y) >= 16``,
+``X[:12]``, ``range(min(n, 10))``). The traces record each comparison made
+on the length as a guard (``adcompile.lengths``): the program serves only
+the lengths at which every guard answers as it did when traced
+(``BatchCompiled.serves``), and where the length the call has would answer
+otherwise, nothing is compiled yet (``Deferred``). What the guards cannot
+see is left to the caller's check of the first answer at each new length
+against ``f`` run on plain numbers (``run_plain``, at a point ``nearby``
+the call's); where they differ, that length is traced as it is.
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from typing import Any
 import numpy as np
 
 from .codegen import Param
+from .lengths import Guard, holds
 from .tape import Tape
+from .tensor import tensor
+from .value import Value, debug_nans, no_grad
 
 #: Batches shorter than this are traced as they are.
 MIN_LENGTH = 16
@@ -75,10 +84,12 @@ class BatchCompiled:
         explanation: str,
         tape: Tape | Callable[[], Tape],
         lengths: tuple[int, ...],
+        guards: Sequence[Guard] = (),
     ) -> None:
         from .jit import compile_folded_source  # the Numba side, imported on use
 
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
+        self.guards = tuple(guards)  # ... at which the code's comparisons on n answer as traced
         self.source = source
         self.explanation = explanation
         self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
@@ -87,6 +98,10 @@ class BatchCompiled:
         self.columns = columns
         self.n_out = n_out
         self._local = threading.local()
+
+    def serves(self, n: int) -> bool:
+        """Whether this code answers for batch length ``n``."""
+        return n >= self.lengths[0] and holds(self.guards, n)
 
     @property
     def tape(self) -> Tape:
@@ -103,3 +118,79 @@ class BatchCompiled:
             work = self._local.work = np.empty(size)
         out = np.empty(self.n_out)
         return self.fn(n, *args, work, self.columns, out), out
+
+
+class Deferred:
+    """No code yet: the traces found comparisons on the batch length that the
+    length of the call being served answers otherwise (``if len(y) >= 16`` at
+    n = 64, traced at n = 8, 9, 11). A later length at which these ``guards``
+    answer as traced (``serves``) may have generic code: it traces again."""
+
+    def __init__(self, guards: Sequence[Guard]) -> None:
+        self.guards = tuple(guards)
+
+    def serves(self, n: int) -> bool:
+        """Whether generic code made now might answer for batch length ``n``."""
+        return n >= MIN_LENGTH and holds(self.guards, n)
+
+
+# ------------------------------------------------------------------ checking
+
+
+def run_plain(
+    fun: Callable[..., Any], args: Sequence[Any], leaves: Sequence[Value] | None = None
+) -> float | None:
+    """``fun``'s value on plain numbers: float arrays, or Values that record nothing
+    where it needs Values' methods (``.tanh()``); None when it fails on both. With
+    ``leaves`` (a compiled loss's parameters, which ``fun`` reads), ``args[0]``
+    holds their values: they are set for the call and restored after it."""
+    saved = None
+    if leaves is not None:
+        saved = [p.data for p in leaves]
+        for p, x in zip(leaves, np.asarray(args[0], dtype=np.float64).ravel().tolist()):
+            p.data = x
+        args = args[1:]
+    try:
+        with no_grad(), debug_nans(False), np.errstate(all="ignore"):
+            for as_values in (False, True):
+                try:
+                    res = fun(*[_plain(a, as_values) for a in args])
+                    if isinstance(res, np.ndarray):
+                        res = res.reshape(-1)[0]
+                    return float(res.data if isinstance(res, Value) else res)
+                except Exception:
+                    continue
+        return None
+    finally:
+        if saved is not None:
+            for p, x in zip(leaves, saved):
+                p.data = x
+
+
+def _plain(a: Any, as_values: bool) -> Any:
+    if not np.ndim(a):
+        return Value(float(a), requires_grad=False) if as_values else a
+    arr = np.asarray(a, dtype=np.float64)
+    return tensor(arr, requires_grad=False) if as_values else arr
+
+
+def nearby(args: Sequence[Any], flat: Sequence[Any], wrt: Sequence[int]) -> tuple[list, list]:
+    """``args`` and their ``flat`` form with the differentiated arguments moved a
+    little (by 10% of 1 + |x|, in a fixed pseudo-random direction)."""
+    rng = np.random.default_rng(20250101)
+    args, flat = list(args), list(flat)
+    for k in wrt:
+        x = np.asarray(flat[k], dtype=np.float64)
+        y = x + 0.1 * rng.uniform(-1.0, 1.0, x.shape) * (1.0 + np.abs(x))
+        flat[k] = y if x.ndim else float(y)
+        args[k] = y.reshape(np.shape(args[k])) if x.ndim else float(y)
+    return args, flat
+
+
+def agree(got: float, value: float) -> bool:
+    """Whether two values of a loss agree (to 1e-9, relative; nan with nan)."""
+    return (
+        got == value
+        or abs(got - value) <= 1e-9 * max(abs(got), abs(value), 1e-300)
+        or (got != got and value != value)
+    )
