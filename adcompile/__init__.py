@@ -10,6 +10,7 @@ from .tape import Guard, Node, Tape
 from .value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 
 from .api import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
+from .randomness import RandomDrawError  # isort: skip
 from .step import compile_loss  # isort: skip
 from .transforms import hessian, hvp, jacobian, jvp  # isort: skip
 from .vmap import vmap  # isort: skip
@@ -20,6 +21,7 @@ from .nn import MLP, Layer, Module, Neuron  # isort: skip
 from .viz import GraphvizMissing, draw, to_dot  # isort: skip
 from .extend import Function, primitive  # isort: skip  (user-defined primitives)
 from .check import GradReport, GradientMismatch, JacobianReport, check_grad, check_jacobian  # isort: skip
+from .checking import CheckError  # isort: skip  (check mode: ADCOMPILE_CHECK=1)
 
 # ad.tensor is a function (it shadows the module adcompile.tensor, as ad.jit does).
 from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
@@ -74,6 +76,7 @@ __all__ = [
     "cache_dir",
     "clear_cache",
     "RetraceWarning",
+    "RandomDrawError",
     "grad",
     "jit",
     "show_code",
@@ -105,6 +108,7 @@ __all__ = [
     "primitive",
     "GradReport",
     "GradientMismatch",
+    "CheckError",
     "check_grad",
     "JacobianReport",
     "check_jacobian",

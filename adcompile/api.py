@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, captures, entries
+from . import batch, captures, entries, randomness
 from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
@@ -41,8 +41,12 @@ from .value import (
     constant,
     debug_nans_enabled,
     gc_paused,
-    no_grad,
+    graph_roots,
+    next_serial,
     nonfinite_error,
+    outer_values,
+    shared_constants,
+    topological_order,
     traced_float,
     tracing,
 )
@@ -253,7 +257,11 @@ def _which(
 def _traced_inputs(
     args: Sequence[Any], names: Sequence[str]
 ) -> tuple[list[Any], list[Value], list[str]]:
-    """Tracing Values standing for the arguments (object arrays for arrays)."""
+    """Tracing Values standing for the arguments (object arrays for arrays; a batch
+    argument of a trace for batch-generic code as a ``lengths.BatchArray``)."""
+    from .lengths import batch_marks, batch_view
+
+    marks = batch_marks()
     traced, inputs, input_names = [], [], []
     for a, name in zip(args, names):
         if isinstance(a, np.ndarray) and a.ndim > 0 or isinstance(a, (list, tuple)):
@@ -263,7 +271,7 @@ def _traced_inputs(
             obj.ravel()[:] = vals if vals else []
             for j in range(len(vals)):
                 vals[j].label = f"{name}_{j}"
-            traced.append(_as_tensor(obj))
+            traced.append(batch_view(obj) if marks and id(a) in marks else _as_tensor(obj))
             inputs.extend(vals)
             input_names.extend(f"{name}_{j}" for j in range(len(vals)))
         else:
@@ -308,6 +316,8 @@ def trace_call(
     sites: bool = False,
     hoist: bool = False,
     multi: bool = False,
+    outer: Sequence[Value] | None = None,
+    generators: Sequence[tuple[str, Any]] = (),
 ) -> Tape:
     """Call ``f`` once on tracing Values standing for ``args``; its tape.
 
@@ -319,27 +329,56 @@ def trace_call(
     With ``multi``, ``f`` may return an array or a tuple or list of numbers and
     arrays: the tape has one output per element, and ``tape.tree`` (see
     ``adcompile.outputs``) records the structure (None for one scalar).
+
+    Values made before the trace (a model's parameters, or results made from
+    them) that ``f`` reads are taken as they are, never looked behind. Without
+    ``outer`` they are constants of their ``.data``. With ``outer`` (a list,
+    maybe empty), the last argument is an array of the ``.data`` of the Values
+    in ``outer``, which stand for its elements as inputs; reading any other such
+    Value raises ``captures.NewOuterValues`` naming them.
+
+    A draw from NumPy's or Python's global random generator, or from one of
+    ``generators`` ((what, generator) pairs ``f`` reaches), raises
+    ``randomness.RandomDrawError``: the compiled code would repeat it.
     """
     fname = function_name(f)
     flatten_args(fname, args)  # the same argument checks as a compiled call
     names = param_names(f, len(args)) if names is None else list(names)
+    start = next_serial()
+    constants = shared_constants() if outer is not None else set()
     traced, inputs, input_names = _traced_inputs(args, names)
-    with tracing(sites) as state:
-        for v in inputs:
-            traced_float(v)  # (a branch on x.data is guarded, as one on x is)
-        out = f(*traced)
+    if outer:  # the last argument's elements are these Values themselves
+        inputs[len(inputs) - len(outer) :] = outer
+    draws = randomness.Watch(generators)
+    try:
+        with tracing(sites) as state:
+            for v in inputs:
+                traced_float(v)  # (a branch on x.data is guarded, as one on x is)
+            out = f(*traced)
+    finally:
+        for v in outer or ():
+            v.data = float(v.data)
+    draws.check(fname, captures.code_names(f))
     if multi:
         ys, tree = flatten_output(fname, out, _output_leaf)
     else:
         ys, tree = [_scalar_output(fname, out)], None
     leaf_names = [v.label or f"params_{k}" for k, v in enumerate(leaves)]
+    all_inputs = [*leaves, *inputs]
+    order = topological_order(graph_roots(ys, all_inputs, state.guards), start)
+    if outer is not None:
+        new = outer_values(order, start, all_inputs, constants)
+        if new:
+            raise captures.NewOuterValues(new)
     tape = build_tape(
         ys,
-        [*leaves, *inputs],
+        all_inputs,
         state.guards,
         [*leaf_names, *input_names],
+        order=order,
         where=state.where if sites else None,
         hoist=hoist,
+        before=start,
     )
     tape.tree = tree
     return tape
@@ -536,6 +575,32 @@ class Transformed:
         lookup (tracing and compiling a new one), hidden inputs, keywords."""
         if kwargs:
             return self._keywords(args, kwargs)
+        return self._adopting(lambda: self._general_once(args))
+
+    def _adopting(self, call: Callable[[], Any]) -> Any:
+        """``call()``, again after each trace that found Values made outside ``fun``
+        (a model's parameters): they become inputs first (``_adopt_outer``)."""
+        for _ in range(8):
+            try:
+                return call()
+            except captures.NewOuterValues as e:
+                self._adopt_outer(e.values)
+        raise RuntimeError(
+            f"adcompile: {self._name}() reads other Values made outside it at every trace; "
+            "pass them as arguments"
+        )
+
+    def _adopt_outer(self, values: Sequence[Value]) -> None:
+        """Make ``values`` (Values made outside ``fun`` that its trace read) inputs,
+        read at every call, and forget what was compiled without them."""
+        with self._lock:
+            self._caps.add_outer(values)
+            self._specs.clear()
+            self._batches.clear()
+            self._last = None
+            self._install(None)
+
+    def _general_once(self, args: tuple) -> Any:
         caps = self._caps
         if caps is None:
             caps = self._scan()
@@ -544,10 +609,14 @@ class Transformed:
         if caps.hidden:
             try:
                 return self._call(*args, *caps.values())
+            except captures.NewOuterValues:
+                raise
             except captures.SwapFailed:  # f cannot run on traced values there
                 self._scan(swap=False)
                 try:
-                    return self._call(*args)
+                    return self._call(*args, *self._caps.values())
+                except captures.NewOuterValues:
+                    raise
                 except Exception:  # f fails on its own: look again next call
                     self._caps = None
                     raise
@@ -572,17 +641,22 @@ class Transformed:
                     spec = self._specialise(key, args)
                     spec.call(*flat)
                 self._raise_nonfinite(spec, flat, args)
-        elif not self._caps.hidden and not self._caps.watched:
+        elif not self._caps.hidden:
             if spec.entry is None:
                 hot = None
                 if entries.hot_ready(spec, key):
                     ref, held = weakref.ref(self), weakref.ref(spec)  # (no cycles)
                     hot = lambda: ref()._heat(held(), key)  # noqa: E731
-                spec.entry = entries.entry(spec, key, self._slow, hot)
+                spec.entry = entries.entry(spec, key, self._slow, hot, self._watch_check())
             self._install(spec.entry)
         else:
             self._install(None)
         return spec.unpack(out)
+
+    def _watch_check(self) -> Callable[[], int] | None:
+        """The check of the values ``fun`` reads from outside, for entries (or None)."""
+        caps = self._caps
+        return caps.checker.changed if caps.watched and caps.checker is not None else None
 
     def _heat(self, spec: Specialisation, key: tuple) -> None:
         """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry."""
@@ -590,7 +664,9 @@ class Transformed:
         try:
             if not entries.worth_it(spec, key):  # its calls take long enough as they are
                 return
-            entry = entries.direct_entry(spec, key, self._slow, self._fname_doc()[0])
+            entry = entries.direct_entry(
+                spec, key, self._slow, self._fname_doc()[0], self._watch_check()
+            )
         except Exception as e:  # a bug in adcompile: the entry it has keeps working
             if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
                 raise
@@ -663,7 +739,10 @@ class Transformed:
 
     def _scan(self, swap: bool = True) -> captures.Captures:
         exclude = list(self.leaves()) if self.leaves is not None else []
+        old = self._caps
         self._caps = captures.scan(self.fun, exclude, swap)
+        if old is not None and old.outer:  # (they stay inputs)
+            self._caps.add_outer(old.outer)
         return self._caps
 
     def _check_watched(self, caps: captures.Captures) -> None:
@@ -671,7 +750,9 @@ class Transformed:
         w = caps.changed()
         if w is None:
             return
-        data = isinstance(w.copy, (float, np.ndarray)) and np.asarray(w.copy).dtype.kind == "f"
+        data = (w.how == "array" and w.copy[1].kind == "f") or (
+            w.how == "value" and w.copy[0] is float
+        )
         with self._lock:
             self._specs.clear()
             self._batches.clear()
@@ -723,12 +804,26 @@ class Transformed:
         fun = self._fun_for_trace()
         # constants first: the compiled path folds loops (the tape is not shown)
         multi = self.mode == "jit"  # jit returns what fun returns; gradients need a scalar
+        caps = self._caps
+        outer = caps.outer if caps is not None else None
+        gens = caps.generators if caps is not None else ()
         if self.leaves is not None:  # argument 0 holds the leaves' values
             leaves = list(self.leaves())
-            return trace_call(
-                fun, args[1:], leaves, names[1:], sites=sites, hoist=True, multi=multi
+            tape = trace_call(fun, args[1:], leaves, names[1:], sites, True, multi, outer, gens)
+        else:
+            tape = trace_call(
+                fun,
+                args,
+                names=names,
+                sites=sites,
+                hoist=True,
+                multi=multi,
+                outer=outer,
+                generators=gens,
             )
-        return trace_call(fun, args, names=names, sites=sites, hoist=True, multi=multi)
+        if caps is not None and caps.watched:
+            caps.settle()  # (what f itself changed while it ran is no change)
+        return tape
 
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
@@ -831,24 +926,25 @@ class Transformed:
         Only for gradients: their data arguments (those not differentiated) are
         the batch. ``jit`` has no such split; there a new shape traces again.
         """
-        if self.mode == "jit":
-            return None
+        if self.mode == "jit" or self._caps is not None and self._caps.outer:
+            return None  # (the outer Values' array is no batch)
         found = batch.batched(key, self._wrt_args(len(args)), min_length=1)
         if found is None:
             return None
         n, which = found
         gkey = tuple((-1, *s[1:]) if k in which else s for k, s in enumerate(key))
         gen = self._batches.get(gkey)
-        if gen is not None and n < gen.lengths[0]:
-            return None  # shorter than any length it was traced at
         if gen is None:
             if gkey in self._batches or n < batch.MIN_LENGTH:  # tried: not one program
                 return None
-            gen = self._batches[gkey] = self._compile_batch(key, args, which)
-            if gen is None:
+        elif not gen.serves(n):
+            return None  # shorter than any length traced, or its branches on n differ here
+        if not isinstance(gen, batch.BatchCompiled):  # none yet (None, or Deferred)
+            gen = self._batches[gkey] = self._compile_batch(key, args, which, n)
+            if not isinstance(gen, batch.BatchCompiled):
                 return None
         ok, out = gen.call_n(n, *flat)
-        if not ok or not self._same_value(args, out[0]):
+        if not ok or not self._same_value(args, out[0], flat, gen, n):
             return None  # other branches, or f treats this length differently
         spec = Specialisation(None, AtLength(gen, n), self._layout(key)[0], self.mode, self._many)
         specs = self._specs.setdefault(key, [])
@@ -856,35 +952,62 @@ class Transformed:
         del specs[MAX_SPECIALISATIONS:]
         return spec, out
 
-    def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int]) -> Any:
-        """Trace at a few small lengths and compile one program for every length (None
-        when they are not one program: then each length is traced as it is)."""
+    def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int], n: int) -> Any:
+        """Trace at a few small lengths and compile one program for every length that
+        takes the branches on the length they took, ``n`` among them (None when they
+        are not one program, or take different branches: then each length is traced
+        as it is; a ``batch.Deferred`` when ``n`` takes other branches)."""
         arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
         fname, what = self._fname_doc()
         self.traces += 1
         if not LOOP_IR:
             return None
-        return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what)
+        return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what, n)
 
     def _batch_loops(
-        self, arrays: list, key: tuple, which: list[int], names: list[str], fname: str, doc: str
+        self,
+        arrays: list,
+        key: tuple,
+        which: list[int],
+        names: list[str],
+        fname: str,
+        doc: str,
+        n: int,
     ) -> Any:
         """Batch-generic code from the loop IR (``loops.batch_source``): the primal
-        traced at a few lengths, made one program in n, differentiated as loops."""
+        traced at a few lengths, made one program in n, differentiated as loops.
+
+        The batch arguments are traced as ``lengths.BatchArray``: the comparisons
+        the code makes on their length are guards, which must answer alike at
+        every length traced, and at ``n`` (else a ``batch.Deferred``)."""
+        from . import lengths
         from .jit import STRAIGHT_LINE_LIMIT
+
+        guards: list = []  # of every trace (those of the lengths finally used among them)
+        seen: list[int] = []
 
         def skey(k: int) -> tuple:
             return tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
 
-        def trace_primal(k: int) -> tuple[Tape, list[Param]]:
+        def trace_primal(k: int, check: bool = True) -> tuple[Tape, list[Param]]:
             sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
+            rec = lengths.Recorder([sliced[i] for i in which])
             try:
-                with gc_paused():
+                with gc_paused(), lengths.recording(rec):
                     tape = self._trace(sliced)
             except captures.SwapFailed:
                 raise
             except Exception as e:  # f fails on a short batch (it reads row 9 ...)
                 raise _ShortBatch from e
+            if check:
+                if rec.refused:
+                    raise lengths.LengthDependent(None)
+                guards.extend(rec.guards)
+                seen.append(k)
+                if not all(lengths.holds(guards, j) for j in seen):
+                    raise lengths.LengthDependent(None)  # branches differ between traces
+                if not lengths.holds(guards, n):
+                    raise lengths.LengthDependent(batch.Deferred(guards))
             return tape, self._params(names, skey(k))
 
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
@@ -892,6 +1015,8 @@ class Transformed:
             found = batch_source(trace_primal, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
         except _ShortBatch:  # not this way
             return None
+        except lengths.LengthDependent as e:  # branches on the length
+            return e.kept
         except captures.SwapFailed:
             raise
         except Exception as e:
@@ -906,7 +1031,7 @@ class Transformed:
         work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
 
         def unrolled() -> Tape:  # the adjoint tape at the largest length traced
-            tape, _ = trace_primal(ks[-1])
+            tape, _ = trace_primal(ks[-1], check=False)
             return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
 
         params = self._params(names, skey(ks[-1]))
@@ -921,28 +1046,28 @@ class Transformed:
             loops.explanation,
             unrolled,
             ks,
+            guards,
         )
         self._stages["compile"] = time.perf_counter() - clock
         return gen
 
-    def _same_value(self, args: Sequence[Any], value: float) -> bool:
-        """Whether ``f`` run on plain numbers agrees with the generic code's value
-        (True when it cannot run on numbers)."""
-        args = self._visible(args)
-        try:
-            with no_grad():
-                if self.leaves is not None:
-                    res = self.fun(*args[1:])
-                else:
-                    res = self.fun(*[np.asarray(a, np.float64) if np.ndim(a) else a for a in args])
-            got = float(res.data if isinstance(res, Value) else np.asarray(res).reshape(-1)[0])
-        except Exception:
-            return True  # the generalisation was checked at three lengths
-        return (
-            got == value
-            or abs(got - value) <= 1e-9 * max(abs(got), abs(value), 1e-300)
-            or (got != got and value != value)
-        )
+    def _same_value(self, args: Sequence[Any], value: float, flat: list, gen: Any, n: int) -> bool:
+        """Whether ``f`` run on plain numbers agrees with the generic code ``gen``.
+
+        Compared at a point near the call's, moved in the differentiated
+        arguments, where a term that vanishes at the call's point (``0.5 *
+        theta ** 2`` at 0) does not; at the call's point (``value``) where the
+        code takes other branches there or ``f`` gives no number. False when
+        ``f`` cannot run on numbers: the length is then traced as it is."""
+        leaves = list(self.leaves()) if self.leaves is not None else None
+        moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)))
+        ok, out = gen.call_n(n, *moved_flat)
+        if ok:
+            got = batch.run_plain(self.fun, self._visible(moved), leaves)
+            if got is not None and got == got:
+                return batch.agree(got, out[0])
+        got = batch.run_plain(self.fun, self._visible(args), leaves)
+        return got is not None and batch.agree(got, value)
 
     def _names(self, nargs: int) -> list[str]:
         """The parameters' names in generated code (the hidden inputs' last)."""
@@ -1166,6 +1291,9 @@ class Transformed:
     def spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
         """The specialisation that serves these arguments (compiling if needed), and
         the call's structure key."""
+        return self._adopting(lambda: self._spec_for(args))
+
+    def _spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
         caps = self._caps if self._caps is not None else self._scan()
         args = (*args, *caps.values())
         flat, key = flatten_args(self._name, args, caps.hidden, self._skip)
@@ -1248,11 +1376,14 @@ class Transformed:
         ``argnums`` order (``1 + `` their total size); for ``jit``, ``out[0]``.
         It returns False when a guard fails (these inputs would take another
         branch than the traced one; ``out`` then means nothing): call the
-        transform itself there, which traces again.
+        transform itself there, which traces again. Helpers, objects and
+        containers ``f`` reads are taken as they were when traced (the Numba
+        function does not watch them); data it reads from outside is refused.
         """
         caps = self._caps if self._caps is not None else self._scan()
-        if caps.hidden or caps.watched:
-            what = caps.hidden[0].what if caps.hidden else caps.watched[0].what
+        data = [w for w in caps.watched if w.how in ("value", "array")]  # (not structure)
+        if caps.hidden or data:
+            what = caps.hidden[0].what if caps.hidden else data[0].what
             raise TypeError(
                 f"{self._name}() reads {what} from outside its arguments; the Numba "
                 "function takes only the arguments, so pass that data as an argument "
@@ -1264,10 +1395,14 @@ class Transformed:
     def traced_spec(self, *args: Any) -> Specialisation:
         """A specialisation traced at exactly these arguments' shapes (not code generic
         in the batch length), kept beside the others."""
-        args = (*args, *self.captures.values())
-        flat, key = flatten_args(self._name, args, self.captures.hidden, self._skip)
-        with self._lock:
-            return self._specialise(key, args)
+
+        def traced() -> Specialisation:
+            full = (*args, *self.captures.values())
+            _, key = flatten_args(self._name, full, self.captures.hidden, self._skip)
+            with self._lock:
+                return self._specialise(key, full)
+
+        return self._adopting(traced)
 
     def numba_of(self, spec: Specialisation, key: tuple) -> Callable:
         """The Numba function of ``spec`` (see ``numba``), made once. Its arguments
@@ -1393,26 +1528,45 @@ def _user_stacklevel() -> int:
 
 
 def grad(
-    fun: Callable, argnums: int | Sequence[int] = 0, *, debug_nans: bool = False
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    *,
+    debug_nans: bool = False,
+    check: bool | None = None,
 ) -> Transformed:
     """The gradient of scalar ``fun`` with respect to argument(s) ``argnums`` (as JAX).
 
     ``debug_nans=True`` raises NonFiniteError naming the first primitive that made
     nan or inf from finite inputs (as inside ``with ad.debug_nans():``).
+    ``check=True`` (default: ``ADCOMPILE_CHECK=1`` in the environment) also runs
+    ``fun`` eagerly at every call and raises ``ad.CheckError`` where the two
+    disagree (``adcompile.checking``).
     """
-    return Transformed(fun, argnums, "grad", debug_nans)
+    from .checking import checked
+
+    return checked(Transformed(fun, argnums, "grad", debug_nans), check)
 
 
 def value_and_grad(
-    fun: Callable, argnums: int | Sequence[int] = 0, *, debug_nans: bool = False
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    *,
+    debug_nans: bool = False,
+    check: bool | None = None,
 ) -> Transformed:
-    """``(fun(*args), grad(fun)(*args))`` in one compiled call (as JAX)."""
-    return Transformed(fun, argnums, "value_and_grad", debug_nans)
+    """``(fun(*args), grad(fun)(*args))`` in one compiled call (as JAX); ``check``
+    as for :func:`grad`."""
+    from .checking import checked
+
+    return checked(Transformed(fun, argnums, "value_and_grad", debug_nans), check)
 
 
-def jit(fun: Callable, *, debug_nans: bool = False) -> Transformed:
-    """``fun`` compiled: same value, no Python in the loop after the first call."""
-    return Transformed(fun, None, "jit", debug_nans)
+def jit(fun: Callable, *, debug_nans: bool = False, check: bool | None = None) -> Transformed:
+    """``fun`` compiled: same value, no Python in the loop after the first call;
+    ``check`` as for :func:`grad` (compared with ``fun`` called on floats)."""
+    from .checking import checked
+
+    return checked(Transformed(fun, None, "jit", debug_nans), check)
 
 
 def show_code(f: Callable, *args: Any) -> str:

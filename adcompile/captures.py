@@ -14,20 +14,27 @@ reads from outside into two kinds:
   the cost of an argument. While tracing, ``f`` is called as a copy of
   itself (:meth:`Captures.bind`) whose cells, globals and defaults hold
   tracing values instead: nothing of the user's is modified.
-* **watched values**: what cannot be swapped that way (an array reached
-  through an object's attribute, a container, a module attribute, another
-  transform; integer arrays and other numbers, which may steer the Python
-  code). They are traced as constants, and every call checks them
-  (identity, then contents) against the copy kept at trace time;
-  :meth:`Captures.changed` names the first that differs, so the caller traces
-  again instead of answering with stale values.
+* **watched values**: what cannot be swapped that way (attributes, class
+  attributes and properties of objects, items of containers, helper
+  functions and other objects by identity, integers and other values that
+  may steer the Python code), each read by an expression from its root
+  (``adcompile.watching``). They are traced as constants, and every call
+  checks them against what they were; :meth:`Captures.changed` names the
+  first that differs, so the caller traces again instead of answering with
+  stale values.
+* **outer Values**: ``Value`` objects made before the trace (a model's
+  parameters) that the trace read; the trace finds them
+  (``api.trace_call``), and they become one more hidden input, an array of
+  their ``.data`` (:meth:`Captures.add_outer`).
+* **random generators** the function reaches: a trace that draws from one is
+  refused (``adcompile.randomness``).
 """
 
 from __future__ import annotations
 
-import dis
 import functools
 import numbers
+import sys
 import sysconfig
 import types
 from collections.abc import Callable, Sequence
@@ -36,10 +43,14 @@ from typing import Any
 
 import numpy as np
 
+from .randomness import GENERATOR_TYPES
+from .rebind import ANY_ATTRIBUTE, Rebinder
+from .rebind import names_read as _names
 from .value import Value
+from .watching import Checker, Watched
 
 #: How deep helper functions (a function that calls a function ...) are followed.
-MAX_DEPTH = 6
+MAX_DEPTH = 16
 #: Containers longer than this are not searched for arrays.
 MAX_CONTAINER = 64
 
@@ -65,26 +76,16 @@ def _is_library(fn: types.FunctionType) -> bool:
     return module in _LIBRARY_MODULES or fn.__code__.co_filename.startswith(_LIBRARY_PATHS)
 
 
-@functools.lru_cache(maxsize=512)
-def _names(code: types.CodeType) -> tuple[frozenset[str], frozenset[str]]:
-    """(global names, attribute names) that ``code`` and the code nested in it read."""
-    glob: set[str] = set()
-    attr: set[str] = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        for ins in dis.get_instructions(c):
-            if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
-                glob.add(ins.argval)
-            elif ins.opname in ("LOAD_ATTR", "LOAD_METHOD", "LOAD_SUPER_ATTR"):
-                attr.add(ins.argval)
-        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-    return frozenset(glob), frozenset(attr)
+def code_names(f: Any) -> frozenset[str]:
+    """The attribute names the code of function ``f`` (and code nested in it) reads."""
+    code = getattr(getattr(f, "__func__", f), "__code__", None)
+    return _names(code)[1] if code is not None else frozenset()
 
 
 def _kind(value: Any) -> str | None:
     """'array' or 'number' for what can be a hidden input, 'watch' for what must be
-    checked, None for what cannot change a trace (functions, modules ...)."""
+    checked, None for what cannot change a trace by itself (functions, objects,
+    containers: they are followed, and checked by identity)."""
     t = type(value)
     if t is float or isinstance(value, np.floating):
         return "number"
@@ -94,7 +95,7 @@ def _kind(value: Any) -> str | None:
         return "watch" if value.dtype.kind in "biufc" else None
     if isinstance(value, Value):
         return "number" if value._fn is None else "watch"
-    if isinstance(value, (bool, int, complex, str, bytes, numbers.Number)):
+    if value is None or isinstance(value, (bool, int, complex, str, bytes, numbers.Number)):
         return "watch"
     return None
 
@@ -116,68 +117,39 @@ class Hidden:
 
 
 @dataclass
-class Watched:
-    """A value traced as a constant, checked at each call against its copy."""
-
-    what: str
-    get: Callable[[], Any]
-    obj: Any = None
-    copy: Any = None
-
-    def snapshot(self) -> None:
-        """Keep the current value (and a copy of an array's contents)."""
-        try:
-            self.obj = self.get()
-        except Exception:  # gone: any later value counts as a change
-            self.obj, self.copy = _MISSING, None
-            return
-        self.copy = _contents(self.obj)
-
-    def changed(self) -> bool:
-        """Whether the value's contents differ from the copy kept (an equal new
-        object is no change)."""
-        try:
-            now = self.get()
-        except Exception:
-            return self.obj is not _MISSING
-        return not _matches(now, self.copy)
-
-
-_MISSING = object()
-
-
-def _contents(v: Any) -> Any:
-    if type(v) is np.ndarray:
-        return v.copy()
-    if isinstance(v, Value):
-        return ("Value", v.data)
-    return v
-
-
-def _matches(now: Any, copy: Any) -> bool:
-    """Whether ``now`` has the contents ``copy`` was taken of."""
-    if type(copy) is np.ndarray:
-        return (
-            type(now) is np.ndarray
-            and now.shape == copy.shape
-            and now.dtype == copy.dtype
-            and bool(np.array_equal(now, copy, equal_nan=copy.dtype.kind in "fc"))
-        )
-    if isinstance(now, Value):
-        now = ("Value", now.data)
-    try:
-        return type(now) is type(copy) and bool(now == copy or (now != now and copy != copy))
-    except Exception:
-        return False
-
-
-@dataclass
 class Captures:
     """What ``f`` reads from outside its arguments (see the module doc)."""
 
     fun: Callable
     hidden: list[Hidden] = field(default_factory=list)
     watched: list[Watched] = field(default_factory=list)
+    # Values made outside f that its trace read (a model's parameters): the last
+    # hidden input is their ``.data``, read at every call (see add_outer)
+    outer: list[Value] = field(default_factory=list)
+    # the roots the watched expressions start from (name -> object)
+    ns: dict[str, Any] = field(default_factory=dict)
+    # random generator objects f reaches ((what, generator)): a trace that moves
+    # one is refused (adcompile.randomness)
+    generators: list[tuple[str, Any]] = field(default_factory=list)
+    checker: Checker | None = None
+
+    def add_outer(self, values: Sequence[Value]) -> None:
+        """Make ``values`` (Values made outside ``f``) inputs, read at every call."""
+        if self.outer:
+            self.hidden.pop()
+        known = {id(v) for v in self.outer}
+        self.outer.extend(v for v in values if id(v) not in known)
+        outer = self.outer
+        n = len(outer)
+
+        def read() -> np.ndarray:
+            return np.fromiter([v.data for v in outer], np.float64, n)
+
+        what = (
+            f"{n} Value(s) made outside {getattr(self.fun, '__name__', 'f')}() "
+            "(a model's parameters), read at every call"
+        )
+        self.hidden.append(Hidden(OUTER_NAME, what, None, OUTER_NAME, read))
 
     def values(self) -> tuple:
         """The hidden inputs' current values, in order."""
@@ -185,7 +157,14 @@ class Captures:
 
     def changed(self) -> Watched | None:
         """The first watched value that changed since :meth:`snapshot`, or None."""
-        for w in self.watched:
+        if self.checker is None:
+            return None
+        k = self.checker.changed()
+        if k == -1:
+            return None
+        if k >= 0:
+            return self.watched[k]
+        for w in self.watched:  # one could not be read: which?
             if w.changed():
                 return w
         return None
@@ -194,16 +173,51 @@ class Captures:
         """Keep the watched values as they are now (just before a trace)."""
         for w in self.watched:
             w.snapshot()
+        if self.watched:
+            if self.checker is None:
+                self.checker = Checker(self.watched, self.ns)
+            self.checker.keep()
+
+    def settle(self) -> None:
+        """After a trace: keep what ``f`` itself changed while it ran (a counter it
+        increments, a list it appends to) as it now is. The compiled code does not
+        repeat such side effects; a change made after the trace is still seen."""
+        moved = False
+        for w in self.watched:
+            if w.changed():
+                w.snapshot()
+                moved = True
+        if moved and self.checker is not None:
+            self.checker.keep()
 
     def bind(self, values: Sequence[Any]) -> Callable:
         """A copy of ``fun`` that reads ``values`` where it read the hidden inputs."""
         if not self.hidden:
             return self.fun
-        return _Rebinder(self.hidden, values).method(self.fun)
+        return Rebinder(self.hidden, values).method(self.fun)
+
+    def listing(self) -> list[str]:
+        """What is read at every call and what is watched, a line each (ad.explain)."""
+        out = [f"input: {h.what}" for h in self.hidden]
+        out += [f"watched ({w.how}): {w.what}" for w in self.watched]
+        return out
 
 
 class SwapFailed(Exception):
     """``f`` raised while it read tracing values in place of its hidden inputs."""
+
+
+class NewOuterValues(SwapFailed):  # (passes wherever SwapFailed passes, up to the transform)
+    """A trace read Values made outside it (a model's parameters) that are not yet
+    inputs: the transform makes them inputs and traces again."""
+
+    def __init__(self, values: Sequence[Value]) -> None:
+        super().__init__(f"{len(values)} Values made outside the traced function")
+        self.values = list(values)
+
+
+#: The hidden input holding the outer Values' ``.data``, in generated code.
+OUTER_NAME = "outer_values"
 
 
 def scan(f: Callable, exclude: Sequence[Any] = (), swap: bool = True) -> Captures:
@@ -217,6 +231,11 @@ def scan(f: Callable, exclude: Sequence[Any] = (), swap: bool = True) -> Capture
 
 
 class _Scanner:
+    """Walks what ``f`` can reach by the names its code reads, from its globals,
+    cells and defaults (and its object's attributes), and those of the helpers it
+    reaches; each value found is a hidden input or watched, by an expression
+    from its root (``_r0['cfg'].scale``)."""
+
     def __init__(self, caps: Captures, exclude: set[int], swap: bool) -> None:
         self.swap = swap
         self.caps = caps
@@ -224,6 +243,19 @@ class _Scanner:
         self.seen: set[tuple[int, bool]] = set()
         self.names: set[str] = set()
         self.hidden_ids: dict[tuple[int, Any], Hidden] = {}
+        self.roots: dict[int, str] = {}
+
+    def root(self, obj: Any) -> str:
+        """The name ``obj`` has in the checks' namespace."""
+        name = self.roots.get(id(obj))
+        if name is None:
+            name = self.roots[id(obj)] = f"_r{len(self.roots)}"
+            self.caps.ns[name] = obj
+        return name
+
+    def watch(self, what: str, expr: str, how: str) -> None:
+        get = eval(f"lambda: {expr}", self.caps.ns)  # noqa: S307 (our own expression)
+        self.caps.watched.append(Watched(what, expr, how, get))
 
     def top(self, f: Any) -> None:
         if isinstance(f, types.FunctionType):
@@ -231,10 +263,16 @@ class _Scanner:
         elif isinstance(f, types.MethodType) and isinstance(f.__func__, types.FunctionType):
             self.function(f.__func__, self.swap, 0, f.__name__)
             attrs = _names(f.__func__.__code__)[1]
-            self.other(f.__self__, attrs, ("self", f"the object of {f.__name__}()"), 0)
+            self.other(
+                f.__self__,
+                attrs,
+                ("self", f"the object of {f.__name__}()"),
+                0,
+                self.root(f.__self__),
+            )
         else:
             what = ("self", f"the {type(f).__name__} object transformed")
-            self.follow(f, what, False, frozenset(), 0)
+            self.follow(f, what, False, frozenset(), 0, self.root(f))
 
     # -- functions: their cells, globals and defaults
 
@@ -244,25 +282,29 @@ class _Scanner:
         self.seen.add((id(fn), swappable))
         code = fn.__code__
         glob, attrs = _names(code)
+        if "modules" in attrs:  # (sys.modules[...].X reads the module, not a copy's globals)
+            swappable = False
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             try:
                 v = cell.cell_contents
             except ValueError:  # not yet assigned
                 continue
+            place = f"a variable of the scope enclosing {fname}()"
             self.found(
                 v,
                 name,
-                f"a variable of the scope enclosing {fname}()",
+                place,
                 swappable,
                 cell,
                 None,
                 attrs,
                 depth,
                 lambda c=cell: c.cell_contents,
+                f"{self.root(cell)}.cell_contents",
             )
         g = fn.__globals__
         module = g.get("__name__", "?")
-        for name in glob:
+        for name in sorted(glob):
             if name in g:
                 self.found(
                     g[name],
@@ -274,6 +316,7 @@ class _Scanner:
                     attrs,
                     depth,
                     lambda g=g, n=name: g[n],
+                    f"{self.root(g)}[{name!r}]",
                 )
         params = code.co_varnames[: code.co_argcount]
         for k, v in enumerate(fn.__defaults__ or ()):
@@ -288,6 +331,7 @@ class _Scanner:
                 attrs,
                 depth,
                 lambda fn=fn, k=k: fn.__defaults__[k],
+                f"{self.root(fn)}.__defaults__[{k}]",
             )
         for name, v in (fn.__kwdefaults__ or {}).items():
             self.found(
@@ -300,6 +344,7 @@ class _Scanner:
                 attrs,
                 depth,
                 lambda fn=fn, n=name: fn.__kwdefaults__[n],
+                f"{self.root(fn)}.__kwdefaults__[{name!r}]",
             )
 
     def found(
@@ -313,6 +358,7 @@ class _Scanner:
         attrs: frozenset[str],
         depth: int,
         get: Callable[[], Any],
+        expr: str,
     ) -> None:
         kind = _kind(v)
         if kind in ("array", "number") and id(v) in self.exclude:
@@ -323,83 +369,167 @@ class _Scanner:
                 h = Hidden(self._unique(name), f"{name} ({place})", holder, key, get)
                 self.hidden_ids[ident] = h
                 self.caps.hidden.append(h)
-        elif kind is not None:
-            if id(v) not in self.exclude:
-                self.caps.watched.append(Watched(f"{name} ({place})", get))
         else:
-            self.follow(v, (name, f"through {name}, {place}"), swappable, attrs, depth)
+            self.leaf(v, (name, place), expr, attrs, depth, swappable)
+
+    def leaf(
+        self,
+        v: Any,
+        what: tuple[str, str],
+        expr: str,
+        attrs: frozenset[str] | set[str],
+        depth: int,
+        swappable: bool = False,
+    ) -> None:
+        """A value reached by ``expr``: watched as it is, and followed if it holds more
+        (a helper function found in a cell or a global may read hidden inputs)."""
+        if id(v) in self.exclude or isinstance(v, types.ModuleType) and _library_module(v):
+            return
+        text = f"{what[0]} ({what[1]})"
+        kind = _kind(v)
+        if isinstance(v, Value):
+            self.watch(text, expr, "identity")  # (its .data is read as an input)
+            return
+        if kind is not None:
+            self.watch(text, expr, "array" if type(v) is np.ndarray else "value")
+            return
+        if isinstance(v, GENERATOR_TYPES):
+            self.caps.generators.append((text, v))
+            return
+        if isinstance(v, np.ndarray) and v.dtype == object:  # (Values: ad.tensor, weights)
+            self.watch(text, expr, "items")
+            return
+        inside = what
+        if not what[1].startswith("through "):
+            inside = (what[0], f"through {what[0]}, {what[1]}")
+        if isinstance(v, (list, tuple, dict)):
+            self.follow(v, inside, False, attrs, depth, expr)
+        elif isinstance(v, _CALLABLES):
+            if not (isinstance(v, types.FunctionType) and _is_library(v)):
+                self.watch(text, expr, "identity")  # (a helper redefined)
+                self.follow(v, what, swappable, attrs, depth, expr)
+        elif isinstance(v, types.ModuleType):
+            self.follow(v, inside, False, attrs, depth, expr)
+        elif not _library_object(v) or _is_transform(v):
+            self.watch(text, expr, "identity")
+            self.follow(v, inside, False, attrs, depth, expr)
 
     def follow(
-        self, v: Any, what: tuple[str, str], swappable: bool, attrs: frozenset[str], depth: int
+        self,
+        v: Any,
+        what: tuple[str, str],
+        swappable: bool,
+        attrs: frozenset[str],
+        depth: int,
+        expr: str,
     ) -> None:
         """Look inside what ``f`` reads: helper functions, methods, objects, containers.
 
-        ``what``: (the expression that reaches ``v``, where it starts), for messages.
+        ``what``: (the expression that reaches ``v``, where it starts), for messages;
+        ``expr``: the expression that reads it in the checks.
         """
-        expr, place = what
+        name, place = what
         if isinstance(v, types.FunctionType):
             if not _is_library(v):
                 self.function(v, swappable, depth + 1, v.__name__)
         elif isinstance(v, types.MethodType):
-            self.follow(v.__func__, what, False, attrs, depth)
+            self.follow(v.__func__, what, False, attrs, depth, f"{expr}.__func__")
             if isinstance(v.__func__, types.FunctionType):
                 attrs = attrs | _names(v.__func__.__code__)[1]
-            self.other(v.__self__, attrs, what, depth)
+            self.other(v.__self__, attrs, what, depth, f"{expr}.__self__")
+        elif isinstance(v, (staticmethod, classmethod)):
+            self.follow(v.__func__, what, False, attrs, depth, f"{expr}.__func__")
         elif isinstance(v, functools.partial):
-            self.follow(v.func, what, False, attrs, depth)
+            self.follow(v.func, what, False, attrs, depth, f"{expr}.func")
             for k, a in enumerate(v.args):
-                self.leaf(a, (f"{expr}.args[{k}]", place), lambda p=v, k=k: p.args[k])
+                self.leaf(a, (f"{name}.args[{k}]", place), f"{expr}.args[{k}]", attrs, depth)
             for k, a in v.keywords.items():
-                self.leaf(a, (f"{expr}.keywords[{k!r}]", place), lambda p=v, k=k: p.keywords[k])
+                self.leaf(
+                    a, (f"{name}.keywords[{k!r}]", place), f"{expr}.keywords[{k!r}]", attrs, depth
+                )
         elif isinstance(v, types.ModuleType):
+            if _library_module(v):
+                return
             d = vars(v)
-            for name in attrs:
-                if name in d:
-                    self.leaf(d[name], (f"{expr}.{name}", place), lambda d=d, n=name: d[n])
+            for n in sorted(attrs):
+                if n in d:
+                    self.leaf(d[n], (f"{name}.{n}", place), f"{expr}.{n}", attrs, depth + 1)
         else:
-            self.other(v, attrs, what, depth)
+            self.other(v, attrs, what, depth, expr)
 
     def other(
-        self, obj: Any, attrs: frozenset[str] | set[str], what: tuple[str, str], depth: int
+        self,
+        obj: Any,
+        attrs: frozenset[str] | set[str],
+        what: tuple[str, str],
+        depth: int,
+        expr: str,
     ) -> None:
-        """An object: its attributes that ``f`` names, its methods, a container's items,
-        a transform's function (all watched: they cannot be swapped)."""
-        expr, place = what
-        if (id(obj), False) in self.seen or depth > MAX_DEPTH or isinstance(obj, type):
+        """An object: its attributes that ``f`` names (own, its class's, properties),
+        its methods, a container's items and length, a transform's function."""
+        name, place = what
+        if (id(obj), False) in self.seen or depth > MAX_DEPTH:
             return
         self.seen.add((id(obj), False))
-        inner = getattr(obj, "fun", None)  # another transform (ad.grad(g) ...)
-        if callable(inner) and type(obj).__module__.startswith("adcompile"):
-            self.follow(inner, what, False, attrs, depth + 1)
+        if _is_transform(obj):  # another transform (ad.grad(g) ...)
+            self.follow(obj.fun, what, False, attrs, depth + 1, f"{expr}.fun")
             return
-        if isinstance(obj, (list, tuple)) and len(obj) <= MAX_CONTAINER:
+        if isinstance(obj, (list, tuple, dict)) and len(obj) > MAX_CONTAINER:
+            # too long to look into item by item: the same items (by identity)
+            self.watch(f"the items of {name} ({place})", expr, "items")
+            return
+        if isinstance(obj, (list, tuple)):
+            self.watch(f"len({name}) ({place})", expr, "length")
             for k, a in enumerate(obj):
-                self.leaf(a, (f"{expr}[{k}]", place), lambda o=obj, k=k: o[k])
+                self.leaf(a, (f"{name}[{k}]", place), f"{expr}[{k}]", attrs, depth + 1)
             return
-        if isinstance(obj, dict) and len(obj) <= MAX_CONTAINER:
-            for k, a in obj.items():
-                self.leaf(a, (f"{expr}[{k!r}]", place), lambda o=obj, k=k: o[k])
+        if isinstance(obj, dict):
+            keys = [k for k in obj if isinstance(k, (str, int, float, bool)) or k is None]
+            self.watch(
+                f"the keys of {name} ({place})"
+                if len(keys) < len(obj)
+                else f"len({name}) ({place})",
+                expr,
+                "items" if len(keys) < len(obj) else "length",
+            )
+            for k in keys:
+                self.leaf(obj[k], (f"{name}[{k!r}]", place), f"{expr}[{k!r}]", attrs, depth + 1)
             return
-        if type(obj).__module__.split(".")[0] in _LIBRARY_MODULES:
+        if _library_object(obj):
             return
-        call = type(obj).__call__ if callable(obj) else None
-        if isinstance(call, types.FunctionType):
-            self.function(call, False, depth + 1, f"{type(obj).__name__}.__call__")
-            attrs = attrs | _names(call.__code__)[1]
+        cls = obj if isinstance(obj, type) else type(obj)
+        if not isinstance(obj, type):
+            call = type(obj).__call__ if callable(obj) else None
+            if isinstance(call, types.FunctionType):
+                self.function(call, False, depth + 1, f"{cls.__name__}.__call__")
+                attrs = attrs | _names(call.__code__)[1]
         d = getattr(obj, "__dict__", None)
-        for name in attrs:
-            if isinstance(d, dict) and name in d:
-                self.leaf(d[name], (f"{expr}.{name}", place), lambda o=obj, n=name: getattr(o, n))
-            method = getattr(type(obj), name, None)
-            if isinstance(method, types.FunctionType) and not _is_library(method):
-                self.function(method, False, depth + 1, f"{type(obj).__name__}.{name}")
-
-    def leaf(self, v: Any, what: tuple[str, str], get: Callable[[], Any]) -> None:
-        """A value reached through an attribute or container: watched if it matters."""
-        if _kind(v) is not None and id(v) not in self.exclude:
-            self.caps.watched.append(Watched(f"{what[0]} ({what[1]})", get))
-        elif isinstance(v, (list, tuple, dict)) and (id(v), False) not in self.seen:
-            self.other(v, set(), what, MAX_DEPTH)
+        if type(obj).__module__ == _NN_MODULE and isinstance(d, dict):
+            attrs = attrs | set(d)  # (its methods are library code, not scanned)
+        if ANY_ATTRIBUTE in attrs:  # (getattr with a name made at run time)
+            attrs = attrs | {n for n in _attribute_names(obj) if not n.startswith("__")}
+        for n in sorted(attrs - {ANY_ATTRIBUTE}):
+            e, w = f"{expr}.{n}", (f"{name}.{n}", place)
+            if not isinstance(obj, type) and isinstance(d, dict) and n in d:
+                self.leaf(d[n], w, e, attrs, depth + 1)
+                continue
+            found = _class_attr(cls, n)
+            if found is None:
+                continue
+            if isinstance(found, property):
+                if found.fget is not None:
+                    self.follow(found.fget, w, False, attrs, depth + 1, f"{expr}.__class__")
+                try:
+                    self.leaf(getattr(obj, n), w, e, attrs, depth + 1)
+                except Exception:  # (the property fails now: f will say so)
+                    pass
+            elif isinstance(found, types.FunctionType):
+                if not _is_library(found):
+                    self.function(found, False, depth + 1, f"{cls.__name__}.{n}")
+            elif isinstance(found, (staticmethod, classmethod)):
+                self.follow(found.__func__, w, False, attrs, depth + 1, e)
+            elif not callable(found) or isinstance(found, type):
+                self.leaf(getattr(obj, n), w, e, attrs, depth + 1)
 
     def _unique(self, name: str) -> str:
         base, k = name, 2
@@ -409,110 +539,50 @@ class _Scanner:
         return name
 
 
-class _Rebinder:
-    """Copies of functions whose cells, globals and defaults hold other values.
+_CALLABLES = (
+    types.FunctionType,
+    types.MethodType,
+    functools.partial,
+    staticmethod,
+    classmethod,
+)
 
-    A function is copied when it, or a function it reaches through its cells
-    and globals, reads a hidden input; the copies share one copy of each
-    module's globals, so helpers call each other's copies.
-    """
 
-    def __init__(self, hidden: Sequence[Hidden], values: Sequence[Any]) -> None:
-        self.subs: dict[tuple[int, Any], Any] = {
-            (id(h.holder), h.key): v for h, v in zip(hidden, values)
-        }
-        self.done: dict[int, Any] = {}
-        self.globals: dict[int, dict] = {}
-        self.memo: dict[int, bool] = {}
+def _attribute_names(obj: Any) -> set[str]:
+    """The attributes ``obj`` has in its own ``__dict__`` and its classes'."""
+    names = set(getattr(obj, "__dict__", None) or ())
+    for c in (obj if isinstance(obj, type) else type(obj)).__mro__[:-1]:
+        names.update(c.__dict__)
+    return names
 
-    def needed(self, fn: types.FunctionType) -> bool:
-        """Whether ``fn`` or a function it reaches reads a hidden input."""
-        found = self.memo.get(id(fn))
-        if found is not None:
-            return found
-        self.memo[id(fn)] = False  # (recursion: assume not, until found)
-        subs, g = self.subs, fn.__globals__
-        found = any(
-            (id(fn), ("pos", k)) in subs for k in range(len(fn.__defaults__ or ()))
-        ) or any((id(fn), ("kw", k)) in subs for k in fn.__kwdefaults__ or {})
-        for cell in fn.__closure__ or ():
-            if found:
-                break
-            if (id(cell), None) in subs:
-                found = True
-                break
-            try:
-                v = cell.cell_contents
-            except ValueError:
-                continue
-            found = isinstance(v, types.FunctionType) and self.needed(v)
-        for name in _names(fn.__code__)[0]:
-            if found:
-                break
-            if (id(g), name) in subs:
-                found = True
-            elif isinstance(g.get(name), types.FunctionType):
-                found = self.needed(g[name])
-        self.memo[id(fn)] = found
-        return found
 
-    def method(self, f: Any) -> Any:
-        """``f`` (a function or a bound method) reading the substituted values."""
-        if isinstance(f, types.MethodType):
-            return types.MethodType(self.function(f.__func__), f.__self__)
-        return self.function(f)
+def _is_transform(obj: Any) -> bool:
+    """Whether ``obj`` is an adcompile transform (``ad.grad(g)`` ...) of a function."""
+    return callable(getattr(obj, "fun", None)) and type(obj).__module__.startswith("adcompile")
 
-    def function(self, fn: Any) -> Any:
-        if not isinstance(fn, types.FunctionType) or not self.needed(fn):
-            return fn
-        if id(fn) in self.done:
-            return self.done[id(fn)]
-        g, fresh = self._globals(fn.__globals__)
-        later: list[tuple[types.CellType, Any]] = []  # cells filled once ``new`` is known
-        cells = None
-        if fn.__closure__ is not None:
-            cells = tuple(self._cell(c, later) for c in fn.__closure__)
-        defaults = fn.__defaults__ and tuple(
-            self.subs.get((id(fn), ("pos", k)), v) for k, v in enumerate(fn.__defaults__)
-        )
-        new = types.FunctionType(fn.__code__, g, fn.__name__, defaults, cells)
-        if fn.__kwdefaults__:
-            new.__kwdefaults__ = {
-                k: self.subs.get((id(fn), ("kw", k)), v) for k, v in fn.__kwdefaults__.items()
-            }
-        new.__qualname__ = fn.__qualname__
-        new.__dict__.update(fn.__dict__)
-        self.done[id(fn)] = new
-        for cell, inner in later:
-            cell.cell_contents = self.function(inner)
-        if fresh:  # the module's helpers, now that this function is registered
-            for name, v in fn.__globals__.items():
-                if isinstance(v, types.FunctionType) and self.needed(v):
-                    g[name] = self.function(v)
-        return new
 
-    def _cell(self, cell: types.CellType, later: list) -> types.CellType:
-        if (id(cell), None) in self.subs:
-            return types.CellType(self.subs[(id(cell), None)])
-        try:
-            v = cell.cell_contents
-        except ValueError:  # not assigned yet: keep the user's cell
-            return cell
-        if isinstance(v, types.FunctionType) and self.needed(v):
-            new = types.CellType()
-            later.append((new, v))
-            return new
-        return cell
+def _class_attr(cls: type, name: str) -> Any:
+    """``name`` as defined on ``cls`` or a base (unbound: a property, a function ...)."""
+    for c in cls.__mro__:
+        if name in c.__dict__:
+            return c.__dict__[name]
+    return None
 
-    def _globals(self, g: dict) -> tuple[dict, bool]:
-        """(``g`` with the hidden inputs substituted, whether it is new), or (``g``, False)."""
-        if id(g) in self.globals:
-            return self.globals[id(g)], False
-        names = [n for n in g if (id(g), n) in self.subs]
-        helpers = any(isinstance(v, types.FunctionType) and self.needed(v) for v in g.values())
-        if not names and not helpers:
-            return g, False
-        new = self.globals[id(g)] = dict(g)
-        for name in names:
-            new[name] = self.subs[(id(g), name)]
-        return new, True
+
+def _library_module(m: types.ModuleType) -> bool:
+    return (m.__name__ or "").split(".")[
+        0
+    ] in _LIBRARY_MODULES or m.__name__ in sys.builtin_module_names
+
+
+def _library_object(obj: Any) -> bool:
+    """Whether ``obj`` belongs to a library (NumPy, adcompile ...): not looked into.
+    adcompile's layers (``ad.nn``, ``ad.MLP``) are looked into: they hold a model."""
+    t = obj if isinstance(obj, type) else type(obj)
+    module = t.__module__ or ""
+    if module == _NN_MODULE:
+        return False
+    return module.split(".")[0] in _LIBRARY_MODULES or module == "builtins"
+
+
+_NN_MODULE = "adcompile.nn"

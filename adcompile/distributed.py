@@ -534,7 +534,7 @@ class DistributedValueAndGrad:
                 a[lo:hi],
                 key=f"adcompile-rows-{k}-{lo}-{hi}-{_tag()}",
                 workers=[workers[i % len(workers)]] if workers else None,
-                allow_other_workers=True,
+                allow_other_workers=bool(workers),  # (Dask refuses it with no workers named)
             )
             for i, (lo, hi) in enumerate(bounds)
         ]

@@ -42,16 +42,23 @@ HOT_FOLDED_LINES = 300
 HOT_MAX_SECONDS = 20e-6
 
 
-def entry(spec: Specialisation, key: tuple, slow: Callable, hot: Callable | None) -> Callable:
+def entry(
+    spec: Specialisation,
+    key: tuple,
+    slow: Callable,
+    hot: Callable | None,
+    check: Callable[[], int] | None = None,
+) -> Callable:
     """The call of a transform whose arguments fit ``spec`` (arguments of ``key``'s
     shapes), installed as its ``__call__``: a few ``type`` and ``shape``
     comparisons, the compiled code, the transform's result. Anything else (other
-    arguments, keywords, a failed guard, a ``no_grad`` or ``debug_nans`` block)
+    arguments, keywords, a failed guard, a ``no_grad`` or ``debug_nans`` block,
+    ``check()`` other than -1: a value read from outside the arguments changed)
     goes to ``slow(args, kwargs)``, the general path. ``hot()`` is called once,
     after ``HOT_CALLS`` calls.
     """
     names = [f"a{k}" for k in range(len(key))]
-    lines = entry_head(names)
+    lines = entry_head(names) + watched_lines(names, check)
     flat = []
     for name, shape in zip(names, key):
         if shape is None:
@@ -88,11 +95,19 @@ def entry(spec: Specialisation, key: tuple, slow: Callable, hot: Callable | None
         lines += ["    calls[0] += 1", f"    if calls[0] == {HOT_CALLS}:", "        hot()"]
     lines.append(f"    return {result_text(spec.out)}")
     ns = entry_names(slow)
-    ns.update(fn=native(direct), call=spec.call, hot=hot, calls=[0])
+    ns.update(fn=native(direct), call=spec.call, hot=hot, calls=[0], check=check)
     if folded is not None:
         ns.update(local=folded.local, columns=folded.columns)
     exec(compile("\n".join(lines), f"<adcompile entry of {compiled.kind} code>", "exec"), ns)
     return ns["entry"]
+
+
+def watched_lines(names: list[str], check: Callable[[], int] | None) -> list[str]:
+    """The lines of an entry that leave a call to the general path when a value
+    read from outside the arguments changed (``captures``: -1 is no change)."""
+    if check is None:
+        return []
+    return ["    if check() != -1:", f"        {to_general(names)}"]
 
 
 def entry_head(names: list[str]) -> list[str]:
@@ -167,7 +182,13 @@ def worth_it(spec: Specialisation, key: tuple) -> bool:
     return sorted(times)[1] <= HOT_MAX_SECONDS
 
 
-def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -> Callable:
+def direct_entry(
+    spec: Specialisation,
+    key: tuple,
+    slow: Callable,
+    fname: str,
+    check: Callable[[], int] | None = None,
+) -> Callable:
     """The entry of a hot specialisation (see ``entry``), called through Numba's
     dispatcher, whose type checks in C replace most of the entry's (a call it
     cannot take raises: the general path then runs; floats and dtypes are
@@ -240,7 +261,7 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
         return given[k] if len(shape) == 1 else f"{given[k]}.reshape({shape!r})"
 
     names = [f"a{k}" for k in range(len(key))]
-    lines = entry_head(names)
+    lines = entry_head(names) + watched_lines(names, check)
     lines += [f"    {given[k]} = empty({sizes[k]})" for k in arrays]
     if scratch:  # this thread's scratch space
         lines += [
@@ -269,7 +290,7 @@ def direct_entry(spec: Specialisation, key: tuple, slow: Callable, fname: str) -
         f"    return {'r' if whole else result_text(spec.out, part)}",
     ]
     ns = entry_names(slow)
-    ns.update(fn=fn, local=threading.local())
+    ns.update(fn=fn, local=threading.local(), check=check)
     exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
     return ns["entry"]
 

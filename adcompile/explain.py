@@ -60,6 +60,13 @@ def explain(fn: Any) -> str:
                         f"{HOT_CALLS} calls (the code once more, called with less Python "
                         "around it)"
                     )
+    caps = fn.captures if events else None
+    if caps is not None and (caps.hidden or caps.watched):
+        lines.append(
+            "read from outside its arguments (every specialisation: inputs are read at "
+            "each call; a watched value that changed traces again):"
+        )
+        lines.extend("  " + line for line in caps.listing())
     for variant in fn.variants:
         lines.append("called with keyword arguments:")
         lines.extend("  " + line for line in explain(variant).split("\n"))

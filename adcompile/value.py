@@ -892,21 +892,27 @@ for _op in OPS.values():
 Value.absolute = Value.abs  # np.absolute's name
 
 
-def topological_order(roots: Iterable[Value]) -> list[Value]:
+def topological_order(roots: Iterable[Value], before: int | None = None) -> list[Value]:
     """Every Value the roots depend on, each after its operands (no recursion).
 
     The set only answers "seen already?"; the order is creation order, which is
-    a topological order because operands exist before their results.
+    a topological order because operands exist before their results. With
+    ``before``, a Value made before that serial is taken as it is (a leaf):
+    a trace does not look behind what existed before it started.
     """
     seen: set[Value] = set()
     found: list[Value] = []
     stack = list(roots)
     pop, push, extend, add, keep = stack.pop, stack.append, stack.extend, seen.add, found.append
+    if before is None:
+        before = -1
     while stack:
         v = pop()
         if v not in seen:
             add(v)
             keep(v)
+            if v._serial < before:
+                continue
             a = v._a
             if a is not None:
                 push(a)
@@ -921,6 +927,33 @@ def topological_order(roots: Iterable[Value]) -> list[Value]:
 
 
 serial_of = operator.attrgetter("_serial")
+
+
+def next_serial() -> int:
+    """A serial no Value made so far has (every Value made later has a larger one)."""
+    return next(serials)
+
+
+def shared_constants() -> set[int]:
+    """The ids of the constants shared now (``constant``): taken when a trace starts,
+    they tell the old Values it reads that are constants from those that are not."""
+    return set(map(id, _CONSTS.values()))
+
+
+def outer_values(
+    order: Sequence[Value], before: int, inputs: Iterable[Value], constants: set[int]
+) -> list[Value]:
+    """The Values of ``order`` made before serial ``before`` that are not ``inputs``
+    nor shared ``constants`` (as ``shared_constants`` gave them when the trace
+    started): what a trace read from outside (a model's parameters)."""
+    ids = {id(v) for v in inputs}
+    return [
+        v
+        for v in order
+        if v._serial < before
+        and id(v) not in ids
+        and not (v._fn is None and not v._rg and (id(v) in constants or _CONSTS.get(v.data) is v))
+    ]
 
 
 def graph_roots(
@@ -938,26 +971,30 @@ def build_tape(
     order: list[Value] | None = None,
     where: dict[int, Any] | None = None,
     hoist: bool = False,
+    before: int | None = None,
 ) -> Tape:
     """Lay out the graph from ``inputs`` to ``outputs`` (and guards) as a tape.
 
-    ``order`` is ``topological_order(graph_roots(...))`` when the caller has it.
+    ``order`` is ``topological_order(graph_roots(...), before)`` when the caller
+    has it. With ``before``, a Value made before that serial (and not an input)
+    is a constant of its current ``.data``, whatever made it.
     With ``hoist``, each constant value gets one slot, at the front (as
     ``passes.hoist_constants`` would make it, at a fraction of the cost).
     """
     if order is None:
-        order = topological_order(graph_roots(outputs, inputs, guards))
+        order = topological_order(graph_roots(outputs, inputs, guards), before)
     input_ids = {id(v) for v in inputs}
     index: dict[int, int] = {}
     nodes: list[Node] = []
     mk, input_node = tuple.__new__, Node(INPUT)
     firsts: list[Value] = []  # with hoist: the Value of each constant slot
     if hoist:
-        firsts, order = _constants_first(order, input_ids, index, nodes)
+        firsts, order = _constants_first(order, input_ids, index, nodes, before)
+    old = -1 if before is None else before
     for k, v in enumerate(order, len(nodes)):
         fn = v._fn
-        if fn is None:
-            node = input_node if id(v) in input_ids else mk(Node, (CONST, (), v.data))
+        if fn is None or v._serial < old and id(v) not in input_ids:
+            node = input_node if id(v) in input_ids else mk(Node, (CONST, (), float(v.data)))
         elif id(v) in input_ids:
             node = input_node
         else:
@@ -989,7 +1026,11 @@ def build_tape(
 
 
 def _constants_first(
-    order: list[Value], input_ids: set[int], index: dict[int, int], nodes: list[Node]
+    order: list[Value],
+    input_ids: set[int],
+    index: dict[int, int],
+    nodes: list[Node],
+    before: int | None = None,
 ) -> tuple[list[Value], list[Value]]:
     """Give each constant value one slot at the front (``index``, ``nodes``); the
     first Value of each constant value, and the Values that are not constants."""
@@ -997,13 +1038,14 @@ def _constants_first(
     firsts: list[Value] = []
     rest: list[Value] = []
     pack = struct.Struct("<d").pack  # by bit pattern: -0.0 and 0.0 stay apart
+    old = -1 if before is None else before
     for v in order:
-        if v._fn is None and id(v) not in input_ids:
+        if (v._fn is None or v._serial < old) and id(v) not in input_ids:
             key = pack(v.data)
             k = slot_of.get(key)
             if k is None:
                 k = slot_of[key] = len(nodes)
-                nodes.append(tuple.__new__(Node, (CONST, (), v.data)))
+                nodes.append(tuple.__new__(Node, (CONST, (), float(v.data))))
                 firsts.append(v)
             index[id(v)] = k
         else:

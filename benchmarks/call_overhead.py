@@ -56,6 +56,14 @@ def hf2(x, y):
     )
 
 
+class _Settings:
+    """Ten float attributes a function reads (``cfg.a0`` ... ``cfg.a9``)."""
+
+    def __init__(self) -> None:
+        for k in range(10):
+            setattr(self, f"a{k}", float(k + 1))
+
+
 def main(argv: list[str] | None = None) -> None:
     """Print each case's medians and ratio (no options)."""
     g1 = ad.value_and_grad(lambda x: (x - 1.0) ** 2 + ad.sin(x))
@@ -87,6 +95,23 @@ def main(argv: list[str] | None = None) -> None:
     hf2(0.3, 0.7)
     cases.append(("one float", lambda: g1(0.3), lambda: hf(0.3), []))
     cases.append(("tuple argnums (2 floats)", lambda: g2(0.3, 0.7), lambda: hf2(0.3, 0.7), []))
+
+    # the cost of watching what f reads from outside its arguments (issue 27):
+    # ten float attributes of an object, against the same function with the ten
+    # numbers written in
+    cfg = _Settings()
+    g10 = ad.value_and_grad(lambda x: sum(getattr(cfg, f"a{k}") * x**2 for k in range(10)))
+    g0 = ad.value_and_grad(lambda x: sum(float(k + 1) * x**2 for k in range(10)))
+    g10(0.3)
+    g0(0.3)
+    cases.append(
+        (
+            "10 watched attributes",
+            lambda: g10(0.3),
+            lambda: hf(0.3),
+            [("the same, none", lambda: g0(0.3))],
+        )
+    )
 
     def ns(call: Callable[[], Any]) -> float:
         return min(timeit.repeat(call, number=5000, repeat=3)) / 5000 * 1e9

@@ -1,0 +1,78 @@
+"""Random draws inside a traced function are refused by name.
+
+A trace records the numbers a draw returned as constants: every later call of
+the compiled code would repeat them, where plain Python draws new ones. So a
+trace compares the state of NumPy's and Python's global generators (and of any
+generator object the function reaches from outside, found by
+``adcompile.captures``) before and after, and raises :class:`RandomDrawError`
+naming the draw when one moved.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+#: Generator objects whose state a trace watches when a function reaches them.
+GENERATOR_TYPES = (np.random.Generator, np.random.RandomState, random.Random)
+
+
+class RandomDrawError(RuntimeError):
+    """A traced function drew random numbers, which the compiled code would freeze."""
+
+
+def _state(gen: Any) -> Any:
+    if isinstance(gen, np.random.Generator):
+        return gen.bit_generator.state
+    return gen.get_state() if isinstance(gen, np.random.RandomState) else gen.getstate()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return bool(a == b)
+
+
+class Watch:
+    """The generators' states before a trace; :meth:`check` raises if one moved."""
+
+    def __init__(self, generators: Sequence[tuple[str, Any]] = ()) -> None:
+        self.gens = [
+            ("NumPy's global generator (np.random.*)", np.random.mtrand._rand),
+            ("Python's global generator (random.*)", random._inst),
+            *generators,
+        ]
+        self.before = [_state(g) for _, g in self.gens]
+
+    def check(self, fname: str, names: frozenset[str] = frozenset()) -> None:
+        """Raise :class:`RandomDrawError` if a generator moved since; ``names``: the
+        attribute names the function's code reads, to name the draw."""
+        for (what, gen), state in zip(self.gens, self.before):
+            if not _same(_state(gen), state):
+                calls = _draws(names, gen)
+                named = f" ({', '.join(calls)})" if calls else ""
+                raise RandomDrawError(
+                    f"{fname}() drew random numbers from {what}{named} while it was traced: "
+                    "the compiled code would repeat the same numbers at every call. Draw "
+                    "them outside the function and pass them in as an argument (JAX-style: "
+                    "pass a key or seed, or the noise itself), or call the function without "
+                    "compiling it"
+                )
+
+
+def _draws(names: frozenset[str], gen: Any) -> list[str]:
+    """The draws among ``names`` (``np.random.normal`` ...), for the message."""
+    if gen is np.random.mtrand._rand:
+        prefix, space = "np.random.", dir(np.random)
+    elif gen is random._inst:
+        prefix, space = "random.", dir(random)
+    else:
+        prefix, space = "", dir(gen)
+    return sorted(prefix + n for n in names if n in space and not n.startswith("_"))

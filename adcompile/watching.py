@@ -1,0 +1,170 @@
+"""Values a compiled function depends on, checked at every call (``captures``
+finds them): :class:`Watched` is one, :class:`Checker` checks them all with
+one generated function.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Watched:
+    """A value the trace depends on, checked at each call against what it was.
+
+    ``expr`` reads it from the roots the scan started at (a function's globals
+    or cells, an object), so a container or object replaced on the way is seen
+    too. ``how``: "value" (numbers, strings: equal and of the same type),
+    "array" (shape, dtype and bytes), "identity" (functions, objects, Values:
+    the same object), "length" (a container's ``len``), "items" (a long
+    container's items, each the same object).
+    """
+
+    what: str
+    expr: str
+    how: str
+    get: Callable[[], Any] = field(repr=False, default=lambda: None)
+    obj: Any = None
+    copy: Any = None
+
+    def snapshot(self) -> None:
+        """Keep the current value (and a copy of an array's contents)."""
+        try:
+            self.obj = self.get()
+        except Exception:  # gone: any later value counts as a change
+            self.obj, self.copy = MISSING, None
+            return
+        self.copy = _contents(self.obj, self.how)
+
+    def changed(self) -> bool:
+        """Whether the value differs from the one kept (an equal new number is none)."""
+        try:
+            now = self.get()
+        except Exception:
+            return self.obj is not MISSING
+        if self.obj is MISSING:
+            return True
+        return not _matches(now, self.copy, self.how)
+
+
+MISSING = object()
+
+
+def _items(v: Any) -> tuple:
+    """A container's items (a dict's keys and values) as ids, for an "items" watch."""
+    if isinstance(v, dict):
+        return tuple(map(id, v)) + tuple(map(id, v.values()))
+    if isinstance(v, np.ndarray):
+        return (v.shape, *map(id, v.ravel()))
+    return tuple(map(id, v))
+
+
+def _contents(v: Any, how: str) -> Any:
+    if how == "items":
+        # (the items kept alive, so that their ids stay theirs)
+        if isinstance(v, np.ndarray):
+            return (tuple(v.ravel()), _items(v))
+        return (tuple(v.items()) if isinstance(v, dict) else tuple(v), _items(v))
+    if how == "array":
+        return (v.shape, v.dtype, v.tobytes()) if type(v) is np.ndarray else MISSING
+    if how == "length":
+        return len(v)
+    if how == "identity":
+        return v
+    return (type(v), v)
+
+
+def _matches(now: Any, copy: Any, how: str) -> bool:
+    """Whether ``now`` is what ``copy`` was taken of (see :class:`Watched`)."""
+    if how == "identity":
+        return now is copy
+    if how == "items":
+        return _items(now) == copy[1]
+    if how == "length":
+        return len(now) == copy
+    if how == "array":
+        return (
+            type(now) is np.ndarray
+            and (now.shape, now.dtype) == copy[:2]
+            and now.tobytes() == copy[2]
+        )
+    t, v = copy
+    try:
+        return type(now) is t and bool(now == v or (now != now and v != v))
+    except Exception:
+        return False
+
+
+class Checker:
+    """One generated function that checks every watched value, in order (about
+    50 ns a value): the index of the first that changed, -1 if none, -2 if one
+    could not be read (then :meth:`Captures.changed` looks again, one by one).
+
+    A path through an object checked by identity starts from the kept object
+    (``_c0.scale``, not ``_r0['cfg'].scale``): the check before it made sure
+    they are the same.
+    """
+
+    def __init__(self, watched: Sequence[Watched], ns: dict[str, Any]) -> None:
+        self.ns = dict(ns)
+        lines = ["    try:"]
+        known: list[tuple[str, str]] = []  # (expression, the kept object's name)
+        for k, w in enumerate(watched):
+            expr = w.expr
+            for prefix, name in known:
+                if expr.startswith(prefix) and expr[len(prefix) : len(prefix) + 1] in (".", "["):
+                    expr = name + expr[len(prefix) :]
+                    break
+            lines.append(f"        _v = {expr}")
+            if w.how == "identity":
+                test = f"_v is not _c{k}"
+                known.insert(0, (w.expr, f"_c{k}"))  # (longest paths first)
+            elif w.how == "length":
+                test = f"len(_v) != _c{k}"
+            elif w.how == "items":
+                test = f"_items(_v) != _c{k}"
+            elif w.how == "array":
+                test = (
+                    f"type(_v) is not _nd or _v.shape != _s{k} or _v.dtype != _d{k} "
+                    f"or _v.tobytes() != _c{k}"
+                )
+            elif type(w.obj) is float:  # equal, or both nan (an equal int computes the same)
+                test = f"_v != _c{k} and (_v == _v or _c{k} == _c{k})"
+            else:  # equal and of the same type (an int steers range() as a float cannot)
+                test = f"_v != _c{k} or type(_v) is not _t{k}"
+            lines.append(f"        if {test}:")
+            lines.append(f"            return {k}")
+        lines += ["    except Exception:", "        return -2", "    return -1"]
+        # the kept values are the function's defaults (fast locals), set by keep()
+        self.params = sorted(
+            {m for line in lines for m in re.findall(r"\b_[ctsd]\d+\b", line)},
+            key=lambda m: (int(m[2:]), m[1]),
+        )
+        head = f"def changed({', '.join(p + '=None' for p in self.params)}):"
+        self.source = head + "\n" + "\n".join(lines) + "\n"
+        self.ns["_nd"], self.ns["_items"] = np.ndarray, _items
+        exec(compile(self.source, "<adcompile watched values>", "exec"), self.ns)  # noqa: S102
+        self.changed: Callable[[], int] = self.ns["changed"]
+        self.watched = list(watched)
+
+    def keep(self) -> None:
+        """Take each watched value's kept copy as the one to compare with."""
+        ns: dict[str, Any] = {}
+        for k, w in enumerate(self.watched):
+            c = w.copy
+            if w.obj is MISSING:
+                ns[f"_c{k}"], ns[f"_t{k}"], ns[f"_s{k}"], ns[f"_d{k}"] = MISSING, None, None, None
+            elif w.how == "array":
+                ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_c{k}"] = c if c is not MISSING else (None,) * 3
+            elif w.how in ("identity", "length"):
+                ns[f"_c{k}"] = c
+            elif w.how == "items":
+                ns[f"_c{k}"] = c[1]
+            else:
+                ns[f"_t{k}"], ns[f"_c{k}"] = c
+        self.changed.__defaults__ = tuple(ns.get(p) for p in self.params)
