@@ -56,14 +56,22 @@ class Generated:
 
 class _Write:
     """A gradient element's update, ``out[index] += ct``; printed as ``=`` when no
-    element of the gradient is written twice (``_Gen._assign_once``)."""
+    element of the gradient is written twice (``_Gen._assign_once``).
 
-    __slots__ = ("index", "ct", "indent", "assign")
+    ``stand_in``: the write of 0.0 that a skipped repetition does in place of
+    another write: needed only where writes are ``=`` (nothing else sets the
+    element then), ``pass`` where they add.
+    """
 
-    def __init__(self, index: str, ct: str) -> None:
+    __slots__ = ("index", "ct", "indent", "assign", "stand_in")
+
+    def __init__(self, index: str, ct: str, stand_in: bool = False) -> None:
         self.index, self.ct, self.indent, self.assign = index, ct, "", False
+        self.stand_in = stand_in
 
     def __str__(self) -> str:
+        if self.stand_in and not self.assign:
+            return f"{self.indent}pass"
         return f"{self.indent}out[{self.index}] {'=' if self.assign else '+='} {self.ct}"
 
 
@@ -246,16 +254,24 @@ class _Gen(Layout):
         for j, node in enumerate(body.nodes):
             if node.op == CONST:
                 operand[j] = repr(node.value)
-        prelude = []
+        prelude, tail = [], []
+        first = self._first_prev(u)
         for k, j in enumerate(body.inputs):
             r = u.reads[k]
             if type(r) is Prev:
                 carried = self.name(u, r.slot)
+                if first[r.slot] != k:
+                    # another prev of the same slot, with a start of its own: a local
+                    # of its own, set to the slot's value at the end of each repetition
+                    operand[j] = self._prev_name(u, k)
+                    self.emit(1, f"{operand[j]} = {self.ref(r.init, None)}")
+                    tail.append(f"{operand[j]} = {carried}")
+                    continue
                 late = [a for a, nd in enumerate(body.nodes) if j in nd.args and a > r.slot] + [
                     g for g in body.guards if j in (g.a, g.b)
                 ]
                 if late:  # read after this repetition overwrites it: keep a copy
-                    operand[j] = f"p{self._sid(n, self.pos_of[r.slot])}"
+                    operand[j] = self._prev_name(u, k)
                     prelude.append(f"{operand[j]} = {carried}")
                 else:
                     operand[j] = carried
@@ -280,6 +296,8 @@ class _Gen(Layout):
         base = self.vbase[n]
         if n in self.nests:
             self._forward_nested(u, operand)
+            for line in tail:
+                self.emit(2, line)
             return
         for j, node in enumerate(body.nodes):
             if isinstance(node.op, str):
@@ -293,6 +311,29 @@ class _Gen(Layout):
                 self.emit(depth, f"{self.vidx(n, p, 0, 1, var)} = {operand[j]}")
         for g in body.guards:
             self._guard(depth, operand[g.a], g.cmp, operand[g.b], g.expected, g.where)
+        for line in tail:
+            self.emit(depth, line)
+
+    @staticmethod
+    def _first_prev(u: Unit) -> dict[int, int]:
+        """Per body slot carried to the next repetition, its first ``prev`` read.
+
+        Several reads may carry one slot with different starts (``t = g(t, s);
+        s = t``: both read the last ``t``, but start from ``t`` and ``s``). The
+        first is the slot's own local; each other one needs a local of its own.
+        """
+        first: dict[int, int] = {}
+        for k, r in enumerate(u.reads):
+            if type(r) is Prev:
+                first.setdefault(r.slot, k)
+        return first
+
+    def _prev_name(self, u: Unit, k: int) -> str:
+        """The local holding ``prev`` read ``k`` of unit ``u`` (a copy of the value
+        carried in): ``p<slot>``, with ``_k`` where the slot has several reads."""
+        r = u.reads[k]
+        name = f"p{self._sid(u.item, self.pos_of[r.slot])}"
+        return name if self._first_prev(u)[r.slot] == k else f"{name}_{k}"
 
     def _forward_nested(self, u: Unit, operand: dict[int, str]) -> None:
         """The forward of a loop whose body is folded in turn, inside its ``for``."""
@@ -441,7 +482,7 @@ class _Gen(Layout):
                 r = u.reads[k]
                 if type(r) is Prev:
                     p = self.pos_of[r.slot]
-                    name = f"p{self._sid(n, p)}"
+                    name = self._prev_name(u, k)
                     if k in self.prev_stored[n]:
                         pending[s] = (name, self.vidx(n, self.prev_stored[n][k], 0, 1, self.i))
                     else:
@@ -548,6 +589,14 @@ class _Gen(Layout):
             self._shift(u, param, c1, members, lines, before, after, skip)
         if exit_at >= 0:
             s, outs = exit_
+            # a gradient element the skipped part would have set (``=``, written once)
+            # is set to 0.0 instead; the shift registers' elements are written above
+            covered = {w.index for w in skip if isinstance(w, _Write)}
+            skip += [
+                _Write(w.index, "0.0", stand_in=True)
+                for w in lines[exit_at:]
+                if isinstance(w, _Write) and w.index not in covered
+            ]
             for k, same in zip(adj.routes, outs):
                 if k in carries or k in passing:
                     value = (

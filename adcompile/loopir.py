@@ -98,7 +98,8 @@ class At:
 @dataclass(frozen=True)
 class Prev:
     """A loop body's own value ``slot`` of the previous repetition; the first
-    repetition reads ``init`` instead."""
+    repetition reads ``init`` instead. Several reads may carry one slot with
+    different inits (``t = g(t, s); s = t``: both read the last ``t``)."""
 
     slot: int
     init: Arg | Lit | At
@@ -465,8 +466,12 @@ def build(
         items.append(_loop(tape, s, ref, is_const, guards_at))
         item_of[lo:hi] = k
         index_of[lo:hi] = np.arange(hi - lo)
-    guards = [(g.cmp, ref(g.a), ref(g.b), g.expected) for g in outer_guards]
-    where = [g.where for g in outer_guards]
+    # each distinct check once (a loop that tests a value it does not change, ``if
+    # c > 0.5: break``, records the same guard at every repetition)
+    checks: dict[tuple, str] = {}
+    for g in outer_guards:
+        checks.setdefault((g.cmp, ref(g.a), ref(g.b), g.expected), g.where)
+    guards, where = list(checks), list(checks.values())
     return Program(params, items, [ref(o) for o in tape.outputs], guards, name, where)
 
 

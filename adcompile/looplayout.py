@@ -13,7 +13,10 @@ Layout (which values are stored where):
 - the adjoint of a value read at an index that advances lives in ``v`` too
   (zeroed each call); one read only at fixed indices is a local;
 - a loop-carried value (``prev``) is a local carried from one repetition to
-  the next, and its cotangent is carried back the same way.
+  the next, and its cotangent is carried back the same way; where several
+  ``prev`` reads carry one value with different starts (``t = g(t, s); s =
+  t``), each but the first has a local of its own, set to the value at the
+  end of each repetition.
 """
 
 from __future__ import annotations
@@ -117,10 +120,14 @@ class Layout:
                 self.arank.append({p: p for p in range(u.size)})
             self.awidth.append(len(self.arank[-1]))
             adj = adjoints[u.item]
+            # the prev reads whose values the reverse reads (a body folded in turn:
+            # every one, as its own reverse may read one that the body's vjp does
+            # not, a loop inside starting from it)
+            nested = u.loop and program.items[u.item].inner is not None
             prev = [
                 k
                 for k, r in enumerate(u.reads)
-                if adj is not None and type(r) is Prev and u.body.inputs[k] in adj.uses
+                if adj is not None and type(r) is Prev and (nested or u.body.inputs[k] in adj.uses)
             ]
             if u.loop and aligned:
                 # the value a prev read reads is stored with its repetition, as

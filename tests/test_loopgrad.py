@@ -96,6 +96,39 @@ def test_a_carried_value_s_cotangent_runs_back_through_the_repetitions():
         assert got[1 + k] == pytest.approx(fd, rel=1e-6, abs=1e-9)
 
 
+def shifted(x):
+    t, s = x[0], x[1]
+    for i in range(12):
+        t = ad.tanh(0.7 * t + 0.3 * s + 0.1 * x[i + 2])
+        s = t
+    return t + 0.5 * s
+
+
+def test_two_prevs_of_one_slot_keep_their_own_starts_in_the_generated_code():
+    """``t = g(t, s); s = t``: both read the last ``t``, one starting from ``t``,
+    the other from ``s``; the generated loop gives each a local of its own."""
+    x = np.linspace(-0.8, 0.9, 14)
+    params = [Param("x", 14)]
+    tape, program = program_of(shifted, params, x, min_reps=2, min_saved=1)
+    (loop,) = [it for it in program.items if isinstance(it, loopir.Loop)]
+    prevs = [r for r in loop.reads if isinstance(r, loopir.Prev)]
+    assert len({r.slot for r in prevs}) < len(prevs)  # one slot, two starts
+    assert len({r.init for r in prevs}) == len(prevs)
+    gp = loopgrad.grad(program)
+    ok, got = gp.run([x])
+    assert ok
+    np.testing.assert_allclose(got, interpret.evaluate(grad_tape(tape), x), rtol=1e-13)
+    ok, out, _ = run_generated(gp, params, [x])
+    assert ok
+    np.testing.assert_allclose(out, got, rtol=1e-13, atol=1e-15)
+    code = loopgen.generate(program, params, "f_v")
+    ns: dict = {}
+    exec(compile(module_source([code.text]), "<loops>", "exec"), ns)
+    value = np.empty(1)
+    assert ns["f_v"](x, np.empty(max(code.work_size, 1)), code.columns, value)
+    assert value[0] == pytest.approx(shifted(x), rel=1e-13)
+
+
 def test_only_the_asked_parameters_get_gradients_and_data_is_not_differentiated():
     rng = np.random.default_rng(1)
     X, y, w = rng.normal(size=(40, 2)), np.sign(rng.normal(size=40)), np.array([0.3, -0.2, 0.1])
