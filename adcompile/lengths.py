@@ -163,6 +163,16 @@ class _Tracked:
 
     _expr: Expr
 
+    def _plain(self) -> Any:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return repr(self._plain())
+
+    def __reduce__(self) -> tuple:  # (pickles and copies as a plain int or float)
+        plain = self._plain()
+        return (type(plain), (plain,))
+
     __add__ = _arith(operator.add)
     __radd__ = _arith(operator.add, True)
     __sub__ = _arith(operator.sub)
@@ -219,12 +229,6 @@ class LenInt(_Tracked, int):
     __lshift__ = _arith(operator.lshift)
     __rshift__ = _arith(operator.rshift)
 
-    def __repr__(self) -> str:
-        return repr(self._plain())
-
-    def __reduce__(self) -> tuple:  # (pickles and copies as a plain int)
-        return (int, (self._plain(),))
-
 
 class LenFloat(_Tracked, float):
     """A float made from the batch length (``len(y) / 2``): as LenInt."""
@@ -236,12 +240,6 @@ class LenFloat(_Tracked, float):
 
     def _plain(self) -> float:
         return float.__float__(self)
-
-    def __repr__(self) -> str:
-        return repr(self._plain())
-
-    def __reduce__(self) -> tuple:
-        return (float, (self._plain(),))
 
     __floor__ = _unary(lambda x: x.__floor__())
     __ceil__ = _unary(lambda x: x.__ceil__())
