@@ -51,7 +51,6 @@ PATIENT = dict(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=not LONG,
-    database=None if not LONG else settings.default.database,  # (CI: the same examples)
     print_blob=True,
 )
 
