@@ -804,23 +804,18 @@ class Transformed:
         fun = self._fun_for_trace()
         # constants first: the compiled path folds loops (the tape is not shown)
         multi = self.mode == "jit"  # jit returns what fun returns; gradients need a scalar
+        if self.leaves is not None:  # argument 0 holds the leaves' values
+            leaves = list(self.leaves())
+            return self._trace_captured(fun, args[1:], leaves, names[1:], sites, True, multi)
+        return self._trace_captured(fun, args, (), names, sites, True, multi)
+
+    def _trace_captured(self, fun: Callable, args: Sequence[Any], *rest: Any) -> Tape:
+        """``trace_call(fun, args, *rest)`` with what ``fun`` reads from outside (its
+        outer Values, its generators), then settled (``Captures.settle``)."""
         caps = self._caps
         outer = caps.outer if caps is not None else None
         gens = caps.generators if caps is not None else ()
-        if self.leaves is not None:  # argument 0 holds the leaves' values
-            leaves = list(self.leaves())
-            tape = trace_call(fun, args[1:], leaves, names[1:], sites, True, multi, outer, gens)
-        else:
-            tape = trace_call(
-                fun,
-                args,
-                names=names,
-                sites=sites,
-                hoist=True,
-                multi=multi,
-                outer=outer,
-                generators=gens,
-            )
+        tape = trace_call(fun, args, *rest, outer=outer, generators=gens)
         if caps is not None and caps.watched:
             caps.settle()  # (what f itself changed while it ran is no change)
         return tape

@@ -30,7 +30,6 @@ from .api import (
     data_point,
     flatten_args,
     replay,
-    trace_call,
     values_like,
 )
 from .codegen import Param
@@ -114,19 +113,7 @@ class Derived(Transformed):
         primal = self._primal(args)
         names = Transformed._names(self, len(primal))
         multi = self.mode in ("jacobian", "jvp")
-        caps = self._caps
-        tape = trace_call(
-            self._fun_for_trace(),
-            primal,
-            names=names,
-            sites=sites,
-            multi=multi,
-            outer=caps.outer if caps is not None else None,
-            generators=caps.generators if caps is not None else (),
-        )
-        if caps is not None and caps.watched:
-            caps.settle()  # (what f itself changed while it ran is no change)
-        return tape
+        return self._trace_captured(self._fun_for_trace(), primal, (), names, sites, False, multi)
 
     # ---- compiling
 
