@@ -585,8 +585,8 @@ class _Gen(Layout):
         before = [f"{name} = 0.0" for name in fixed.values()]
         after = [line for r, name in fixed.items() if (line := self.add(r, None, name))]
         skip: list = []  # what a repetition whose cotangent is zero still does
-        for (param, c1), members in groups.items():
-            self._shift(u, param, c1, members, lines, before, after, skip)
+        for k, ((param, c1), members) in enumerate(groups.items()):
+            self._shift(u, param, c1, members, lines, before, after, skip, k)
         if exit_at >= 0:
             s, outs = exit_
             # a gradient element the skipped part would have set (``=``, written once)
@@ -676,8 +676,11 @@ class _Gen(Layout):
         before: list[str],
         after: list[str],
         skip: list,
+        group: int,
     ) -> None:
-        """Add the cotangents of reads ``x[c0 + c1 * i]`` of one argument.
+        """Add the cotangents of reads ``x[c0 + c1 * i]`` of one argument
+        (``group`` numbers the (argument, stride) pairs of one body, so that each
+        pair's register has names of its own).
 
         Reads whose offsets differ by whole strides (``x[i]`` and ``x[i + 1]``)
         reach the same element in neighbouring repetitions. Each element's
@@ -701,7 +704,7 @@ class _Gen(Layout):
         lo, hi = min(by_q), max(by_q)
         g = self.goff[param]
         self.writes.append((param, c0 + c1 * lo, c1, u.trips + hi - lo))
-        reg = {d: f"r{self.px}{u.item}_{param}_{d - lo}" for d in range(lo, hi)}
+        reg = {d: f"r{self.px}{u.item}_{group}_{d - lo}" for d in range(lo, hi)}
         before += [f"{name} = 0.0" for name in reg.values()]
         total = " + ".join([reg[hi - 1], *by_q[hi]])
         lines.append(_Write(index(g + c0 + c1 * hi, c1, self.i), total))

@@ -98,15 +98,19 @@ class _Gen:
         if self.draw(st.integers(0, 4)) == 0:
             return "y"
         c0 = self.draw(st.integers(0, 2))
-        terms, top = [], c0
+        up, down = [], []  # x[c0 + 2 * i + ... - j]: -1 reads backwards
         for var, trips in loops:
-            c1 = self.draw(st.sampled_from([0, 1, 1, 2]))
-            if c1:
-                terms.append(var if c1 == 1 else f"{c1} * {var}")
-                top += c1 * (trips - 1)
+            c1 = self.draw(st.sampled_from([0, 1, 1, 2, -1]))
+            if c1 > 0:
+                up.append((c1, var, trips))
+            elif c1 < 0:
+                down.append(var)
+                c0 += trips - 1  # the index stays >= 0
+        top = c0 + sum(c1 * (trips - 1) for c1, _, trips in up)
         self.max_index = max(self.max_index, top)
+        terms = [var if c1 == 1 else f"{c1} * {var}" for c1, var, _ in up]
         idx = " + ".join(terms + ([str(c0)] if c0 or not terms else []))
-        return f"x[{idx}]"
+        return f"x[{idx}{''.join(f' - {var}' for var in down)}]"
 
     def expr(self, loops: list[tuple[str, int]], every: bool = False) -> str:
         """A bounded value of carried values and elements of x (``every``: of
@@ -117,7 +121,7 @@ class _Gen:
         if kind == "act":  # (most read several carried values: copies then meet)
             some = [c for c in self.cs if every or self.draw(st.integers(0, 3))] or [self.var()]
             terms = [f"{self.coef()} * {c}" for c in some]
-            if self.draw(st.booleans()):
+            for _ in range(self.draw(st.sampled_from([0, 0, 1, 1, 2, 3]))):
                 terms.append(f"{self.coef(0.1, 0.5)} * {self.element(loops)}")
             terms.append(self.num(-0.3, 0.3))
             return self.fn(" + ".join(terms))
@@ -319,6 +323,23 @@ def nested(x):
     return t + 0.5 * s + 0.25 * u
 
 
+def two_strides(x):
+    """One argument read at stride 1 and at stride 2, each with a neighbour: two
+    shift registers of cotangents in one reverse body (once a wrong gradient)."""
+    c = x[0]
+    for i in range(40):
+        c = ad.tanh(0.5 * c + 0.3 * x[i] * x[i + 1] + 0.2 * x[2 * i] - 0.1 * x[2 * i + 2])
+    return c
+
+
+def backwards(x):
+    """Reads running backwards (``x[90 - 2 * i]``) beside forwards ones."""
+    c = x[0]
+    for i in range(40):
+        c = ad.sin(0.5 * c + 0.3 * x[90 - 2 * i] - 0.2 * x[88 - 2 * i] + 0.1 * x[i + 3] * x[i])
+    return c
+
+
 REGRESSIONS = {
     "rnn_numpy": (rnn_numpy, 2),
     "rnn_cell": (rnn_cell, 2),
@@ -326,6 +347,8 @@ REGRESSIONS = {
     "rotation": (rotation, 93),
     "same_start": (same_start, 31),
     "nested": (nested, 28),
+    "two_strides": (two_strides, 82),
+    "backwards": (backwards, 91),
 }
 
 
@@ -600,7 +623,7 @@ def test_compiled_loops_long_profile(prog, seed):
     check_compiled(*prog, seed)
 
 
-KNOWN_WRONG = """def f(x, y):
+NESTED_SWAPS = """def f(x, y):
     c0 = x[0]
     c1 = x[0]
     c2 = x[0]
@@ -621,12 +644,10 @@ KNOWN_WRONG = """def f(x, y):
     return 1.0 * c0 + 0.5 * c1 + -0.3 * c2 + 0.2 * c3 + 0.01 * y"""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open bug found by this fuzzer: folded at every repetition of two or more "
-    "(check_eager_folding), swaps inside a nested loop give a wrong printed gradient "
-    "(loopgen), while the loop IR's own interpreter agrees with the tape",
-)
-def test_known_wrong_gradient_of_swaps_in_a_nested_loop(monkeypatch):
+def test_swaps_in_a_nested_loop_reading_x_at_two_strides(monkeypatch):
+    """Found by this fuzzer: with the inner loop unrolled into the outer body, that
+    body reads ``x[i]``, ``x[i + 1]`` (stride 1) and ``x[2 * i + k]`` (stride 2).
+    Each stride's shift register of cotangents had the same local names, so one
+    overwrote the other in the printed reverse (the loop IR's interpreter was right)."""
     monkeypatch.setitem(globals(), "note", lambda *a: None)  # (outside @given)
-    check_generated(KNOWN_WRONG, 7, 0)
+    check_generated(NESTED_SWAPS, 7, 0)
