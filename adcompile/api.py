@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import batch, captures, entries, randomness
+from . import arguments, batch, captures, entries, randomness
 from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
@@ -295,13 +295,20 @@ def _scalar_output(fname: str, out: Any) -> Value:
         if out.size != 1:
             raise TypeError(
                 f"{fname}() must return a scalar, but it returned an array of shape "
-                f"{out.shape}; reduce it first (for example with .sum() or a loss)"
+                f"{out.shape}; reduce it first (for example with .sum() or a loss), or "
+                f"use ad.jacobian({fname}) for the derivatives of every element"
             )
         out = out.reshape(-1)[0]
     if isinstance(out, Value):
         return out
     if isinstance(out, numbers.Real) and not isinstance(out, bool):
         return constant(float(out))
+    if isinstance(out, (list, tuple, dict)):
+        raise TypeError(
+            f"{fname}() must return a scalar (a Value or a number), but it returned a "
+            f"{type(out).__name__}; for the derivatives of several outputs use "
+            f"ad.jacobian({fname}), or reduce them to one number (a sum or a loss)"
+        )
     raise TypeError(
         f"{fname}() must return a scalar (a Value or a number), but it returned "
         f"{type(out).__name__!r}"
@@ -506,10 +513,12 @@ class Transformed:
         mode: str,
         debug_nans: bool = False,
         leaves: Callable[[], Sequence[Value]] | None = None,
+        static_argnums: int | Sequence[int] = (),
     ) -> None:
         if not callable(fun):
             raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
         _check_argnums(argnums, mode)
+        self._static = _static_positions(static_argnums)
         self.fun = fun
         self.mode = mode  # "grad", "value_and_grad" or "jit"
         self.argnums = argnums
@@ -529,6 +538,7 @@ class Transformed:
         # calls with keyword arguments: one transform per keyword signature (_keywords)
         self._variants: dict[tuple, Transformed] = {}
         self._namefun = fun  # whose parameters name the positional arguments
+        self._argnames: list[str] | None = None  # or these names (of pytree leaves)
         self._kwnames: tuple[str, ...] = ()  # keyword arguments passed after them
         self._skip = 1 if leaves is not None else 0  # arguments before the user's
         # the general path, for entries (_install): through a weak reference, so
@@ -573,9 +583,67 @@ class Transformed:
     def _general(self, args: tuple, kwargs: dict[str, Any]) -> Any:
         """A call, by the general path: the argument check, the specialisation's
         lookup (tracing and compiling a new one), hidden inputs, keywords."""
+        if self._static or arguments.needs_plan(args, ()):
+            front = self._front(args)
+            if front is not None:
+                variant, plan, wrt = front
+                if variant is None:  # float32 arguments: the gradient in their dtype
+                    return plan.cast(self._plain(args, kwargs), self.mode, wrt, self._many)
+                out = variant(*plan.leaves, **kwargs)
+                return plan.regroup(out, self.mode, wrt, self._many)
+        return self._plain(args, kwargs)
+
+    def _plain(self, args: tuple, kwargs: dict[str, Any]) -> Any:
+        """A call whose arguments are numbers and float64 arrays."""
         if kwargs:
             return self._keywords(args, kwargs)
         return self._adopting(lambda: self._general_once(args))
+
+    # ---- pytrees, static arguments, float32 (adcompile.arguments)
+
+    def _front(self, args: tuple) -> tuple[Transformed | None, arguments.Plan, list[int]] | None:
+        """How a call with static arguments, pytrees or float32 arrays is made: the
+        transform of ``fun`` over the call's leaves (None: this one, the arguments
+        only need their dtype back), the call's plan and the differentiated
+        positions; None for a call of numbers and float64 arrays."""
+        if self.leaves is not None or self.mode not in ("grad", "value_and_grad", "jit"):
+            return None
+        nargs = len(args)
+        static = [k % nargs for k in self._static if -nargs <= k < nargs]
+        if len(static) != len(self._static):
+            raise ValueError(
+                f"static_argnums={self._static!r} does not fit {self._name}() called with "
+                f"{nargs} positional arguments"
+            )
+        wrt = [] if self.mode == "jit" else argnum_positions(self.argnums, nargs, self._name)
+        both = sorted(set(wrt) & set(static))
+        if both:
+            raise ValueError(
+                f"argument {both[0]} of {self._name}() is both differentiated (argnums) "
+                "and static (static_argnums); a static argument is a constant of the code"
+            )
+        names = param_names(self._namefun, nargs)
+        plan = arguments.plan(self._name, args, names, static)
+        if not static and all(t == arguments.LEAF for t in plan.trees):
+            return None, plan, wrt
+        variant = self._variants.get(plan.signature)
+        if variant is None:
+            leaf_wrt = plan.leaf_argnums(wrt)
+            if self.mode != "jit" and not leaf_wrt:
+                raise ValueError(
+                    f"the differentiated arguments of {self._name}() hold no numbers "
+                    "(empty tuples, lists or dicts)"
+                )
+            variant = Transformed(
+                arguments.call_on_leaves(self.fun, plan),
+                leaf_wrt if self.mode != "jit" else None,
+                self.mode,
+                self.debug_nans,
+            )
+            variant._name, variant._namefun = self._name, self._namefun
+            variant._argnames = [name for name in plan.names]
+            self._variants[plan.signature] = variant
+        return variant, plan, wrt
 
     def _adopting(self, call: Callable[[], Any]) -> Any:
         """``call()``, again after each trace that found Values made outside ``fun``
@@ -697,9 +765,7 @@ class Transformed:
         dynamic, static = [], []
         for k in sorted(kwargs):
             v = kwargs[k]
-            if isinstance(v, (Value, np.ndarray)) or (
-                isinstance(v, numbers.Real) and not isinstance(v, bool)
-            ):
+            if keyword_is_input(v):
                 dynamic.append(k)
             else:
                 try:
@@ -733,7 +799,9 @@ class Transformed:
 
     def _like(self, fun: Callable) -> Transformed:
         """The same transform of another function."""
-        return Transformed(fun, self.argnums, self.mode, self.debug_nans, self.leaves)
+        return Transformed(
+            fun, self.argnums, self.mode, self.debug_nans, self.leaves, self._static
+        )
 
     # ---- what fun reads from outside its arguments (adcompile.captures)
 
@@ -1068,7 +1136,9 @@ class Transformed:
         """The parameters' names in generated code (the hidden inputs' last)."""
         hidden = [h.name for h in self._caps.hidden] if self._caps is not None else []
         nargs -= len(hidden) + len(self._kwnames)
-        if self.leaves is not None:
+        if self._argnames is not None:
+            names = [nm if nm not in _RESERVED else f"{nm}_" for nm in self._argnames]
+        elif self.leaves is not None:
             names = ["params", *_unique_params(self._namefun, nargs - 1)]
         else:
             names = _unique_params(self._namefun, nargs)
@@ -1436,6 +1506,26 @@ def _loop_ir_failed(name: str, error: Exception) -> None:
     )
 
 
+def keyword_is_input(v: Any) -> bool:
+    """Whether a keyword argument is an input of the compiled code (a float, an array,
+    a Value), else part of the specialisation: ints are (they size ranges and
+    slices, as with JAX's ``static_argnames``), as are strings, bools, None ..."""
+    return isinstance(v, (Value, np.ndarray)) or (
+        isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
+    )
+
+
+def _static_positions(static_argnums: Any) -> tuple[int, ...]:
+    """``static_argnums`` as a tuple of ints (TypeError naming what else it was)."""
+    nums = static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,)
+    if not all(isinstance(k, int) and not isinstance(k, bool) for k in nums):
+        raise TypeError(
+            f"static_argnums must be an int or a tuple of ints (positions of arguments "
+            f"that are constants of the code, such as sizes), got {static_argnums!r}"
+        )
+    return tuple(nums)
+
+
 def _check_argnums(argnums: Any, mode: str) -> None:
     if mode == "jit":
         return
@@ -1526,6 +1616,7 @@ def grad(
     fun: Callable,
     argnums: int | Sequence[int] = 0,
     *,
+    static_argnums: int | Sequence[int] = (),
     debug_nans: bool = False,
     check: bool | None = None,
 ) -> Transformed:
@@ -1533,19 +1624,24 @@ def grad(
 
     ``debug_nans=True`` raises NonFiniteError naming the first primitive that made
     nan or inf from finite inputs (as inside ``with ad.debug_nans():``).
+    ``static_argnums``: positions of arguments that are constants of the code (sizes,
+    trip counts, flags; hashable): each new value traces again, as in JAX.
+    Arguments may be tuples, lists and dicts of numbers and arrays (pytrees): the
+    gradient has their structure, and float32 arrays get float32 gradients.
     ``check=True`` (default: ``ADCOMPILE_CHECK=1`` in the environment) also runs
     ``fun`` eagerly at every call and raises ``ad.CheckError`` where the two
     disagree (``adcompile.checking``).
     """
     from .checking import checked
 
-    return checked(Transformed(fun, argnums, "grad", debug_nans), check)
+    return checked(Transformed(fun, argnums, "grad", debug_nans, None, static_argnums), check)
 
 
 def value_and_grad(
     fun: Callable,
     argnums: int | Sequence[int] = 0,
     *,
+    static_argnums: int | Sequence[int] = (),
     debug_nans: bool = False,
     check: bool | None = None,
 ) -> Transformed:
@@ -1553,15 +1649,23 @@ def value_and_grad(
     as for :func:`grad`."""
     from .checking import checked
 
-    return checked(Transformed(fun, argnums, "value_and_grad", debug_nans), check)
+    return checked(
+        Transformed(fun, argnums, "value_and_grad", debug_nans, None, static_argnums), check
+    )
 
 
-def jit(fun: Callable, *, debug_nans: bool = False, check: bool | None = None) -> Transformed:
+def jit(
+    fun: Callable,
+    *,
+    static_argnums: int | Sequence[int] = (),
+    debug_nans: bool = False,
+    check: bool | None = None,
+) -> Transformed:
     """``fun`` compiled: same value, no Python in the loop after the first call;
     ``check`` as for :func:`grad` (compared with ``fun`` called on floats)."""
     from .checking import checked
 
-    return checked(Transformed(fun, None, "jit", debug_nans), check)
+    return checked(Transformed(fun, None, "jit", debug_nans, None, static_argnums), check)
 
 
 def show_code(f: Callable, *args: Any) -> str:

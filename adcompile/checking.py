@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from .api import Transformed, argnum_positions, param_names, shape_text, summary
+from .api import Transformed, argnum_positions, keyword_is_input, param_names, shape_text, summary
+from .arguments import needs_plan
 from .tensor import ValueArray, data
 from .value import Value, recording
 
@@ -135,6 +136,17 @@ class Checked:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner
+        if inner._static or needs_plan(args, ()):  # pytrees, static arguments, float32
+            front = inner._front(args)
+            if front is not None:
+                variant, plan, wrt = front
+                if variant is None:  # float32: compared in float64, then given back
+                    out = inner._plain(args, kwargs)
+                    if not any(_holds_values(a) for a in (*args, *kwargs.values())):
+                        _compare(inner, args, kwargs, out)
+                    return plan.cast(out, inner.mode, wrt, inner._many)
+                out = Checked(variant)(*plan.leaves, **kwargs)  # checked over the leaves
+                return plan.regroup(out, inner.mode, wrt, inner._many)
         result = inner(*args, **kwargs)  # its entry, direct entry or general path
         if any(_holds_values(a) for a in (*args, *kwargs.values())):
             return result  # recorded on Values: the outer computation is checked
@@ -149,9 +161,7 @@ def _holds_values(a: Any) -> bool:
 # ------------------------------------------------------------------ eager runs
 
 
-def _dynamic(v: Any) -> bool:
-    """Whether a keyword argument is an input of the compiled code (else part of the key)."""
-    return isinstance(v, np.ndarray) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+_dynamic = keyword_is_input
 
 
 def _as_values(a: Any) -> Any:
@@ -384,4 +394,3 @@ def _compare(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> None
 def _short(x: Any) -> str:
     text = np.array2string(x, threshold=8) if isinstance(x, np.ndarray) else repr(x)
     return text if len(text) <= 200 else text[:200] + " ..."
-

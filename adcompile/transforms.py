@@ -30,6 +30,7 @@ from .api import (
     data_point,
     flatten_args,
     replay,
+    shape_text,
     values_like,
 )
 from .codegen import Param
@@ -120,7 +121,23 @@ class Derived(Transformed):
     def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> None:
         return None  # each shape is traced (no batch-generic code for these yet)
 
+    def _check_vector(self, key: tuple) -> None:
+        """hvp(f)(x, v): ``v`` has ``x``'s shape (each new shape comes here first)."""
+        if len(key) < 2:
+            raise TypeError(
+                f"hvp({self._name})(x, v, *args) needs the point x and a vector v of x's shape"
+            )
+        xs, vs = key[0], key[1]
+        if xs != vs:
+            raise ValueError(
+                f"hvp({self._name})(x, v): v is {shape_text(vs)}, but x is "
+                f"{shape_text(xs)}; v must have x's shape (the direction to multiply the "
+                "Hessian by)"
+            )
+
     def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        if self.mode == "hvp":
+            self._check_vector(key)
         clock = time.perf_counter()
         with gc_paused():
             tape = self._trace(args)
