@@ -8,11 +8,12 @@ imports happen inside the commands so that ``adcompile --help`` starts fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -130,12 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "bench",
-        help="benchmark against micrograd, torch, jax and hand-written Numba",
-        description="Run the benchmarks of a source checkout (its benchmarks/ folder); "
-        "every option is passed on: see 'adcompile bench --help-bench'.",
-        add_help=False,
+        help="benchmark against micrograd, torch, jax and hand-written Numba (needs a "
+        "checkout of the repository)",
+        add_help=False,  # every argument, --help too, goes to the benchmark programs
     )
-    p.add_argument("--help-bench", "-h", "--help", action="store_true", dest="bench_help")
     p.set_defaults(run=cmd_bench)
 
     from .cli_symbolic import add_check_parser, add_export_parser, add_grad_parser
@@ -147,13 +146,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    """Clear the cache of generated code, or print its directory."""
-    from .jit import cache_dir, clear_cache
+    """Clear the cache of generated code, or print its directory; a directory that
+    cannot be used is one line on stderr and exit status 2."""
+    from .jit import CacheDirError, cache_dir, clear_cache
 
-    if args.action == "clear":
-        print(f"removed {clear_cache()} files from {cache_dir()}")
-    else:
-        print(cache_dir())
+    try:
+        if args.action == "clear":
+            n = clear_cache()
+            print(f"removed {n} files from {cache_dir()}")
+        else:
+            print(cache_dir())
+    except CacheDirError as e:
+        print(f"adcompile cache: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -164,6 +169,19 @@ NO_CHECKOUT = (
     "pip install -e '.[bench]' and adcompile bench --quick"
 )
 
+#: ``adcompile bench --help`` outside a checkout (in one, the benchmarks' own help).
+BENCH_HELP = (
+    "usage: adcompile bench [PROGRAM] [OPTIONS ...]\n\n"
+    "Benchmark adcompile against micrograd, torch, jax and hand-written Numba, or run one "
+    "of the programs first-call, call-overhead, eager, transforms, distributed.\n\n"
+    "The benchmarks are not part of the installed package: they need a checkout of the "
+    "adcompile repository. Clone it with git, then in it run pip install -e '.[bench]' and "
+    "adcompile bench --help for the options."
+)
+
+#: The arguments that ask ``adcompile bench`` (or one of its programs) for help.
+HELP_FLAGS = ("-h", "--help", "--help-bench")
+
 
 def _bench_roots() -> list[Path]:
     """Where ``cmd_bench`` looks for a checkout: the one this package was installed from
@@ -172,13 +190,18 @@ def _bench_roots() -> list[Path]:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run ``benchmarks.run`` from the checkout this package is in, or the current directory."""
+    """Run ``benchmarks.run`` from the checkout this package is in, or the current directory,
+    with every argument after ``bench`` (``--help`` too: the program named first answers it)."""
     import importlib
 
+    rest = list(args.rest)
     for root in _bench_roots():
         if (root / "benchmarks" / "systems" / "adcompile_compiled.py").is_file():
             break
     else:
+        if any(a in HELP_FLAGS for a in rest):
+            print(BENCH_HELP)
+            return 0
         print(NO_CHECKOUT, file=sys.stderr)
         return 2
     if str(root) in sys.path:  # first, so that no other package named benchmarks shadows it
@@ -202,7 +225,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return run.main(["--help"] if args.bench_help else args.rest, prog="adcompile bench")
+    rest = ["--help" if a == "--help-bench" else a for a in rest]  # (its older name)
+    return run.main(rest, prog="adcompile bench")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +240,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return args.run(args)
+    with _warnings_in_one_line():
+        return args.run(args)
+
+
+@contextlib.contextmanager
+def _warnings_in_one_line() -> Iterator[None]:
+    """While a command runs, adcompile's own warnings (``adcompile: ...``) are one line
+    on stderr, without the file and line of the library code that gave them."""
+    import warnings
+
+    show = warnings.showwarning
+
+    def showwarning(message: Any, category: type, *args: Any, **kw: Any) -> None:
+        text = str(message)
+        if text.startswith("adcompile: "):
+            print(f"adcompile: warning: {text.removeprefix('adcompile: ')}", file=sys.stderr)
+        else:
+            show(message, category, *args, **kw)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = showwarning
+        yield
 
 
 def _version() -> str:
@@ -484,12 +529,19 @@ def ascii_boundary(
 def _plot(
     predict: Callable[[Any], Any], X: Any, y: Any, path: str, accuracy: float | None = None
 ) -> bool:
-    """Save a picture of the decision boundary to ``path``; False if it cannot be written."""
+    """Save a picture of the decision boundary to ``path``; False if it cannot be written.
+
+    The shaded regions (where the model says +1 or -1), the boundary between
+    them and the training points of each class are all in the legend, which
+    sits outside the axes, right of them, so that it hides no data and no
+    boundary.
+    """
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except ImportError:
         print("matplotlib is not installed, so no PNG (pip install matplotlib)")
         return True
@@ -497,16 +549,26 @@ def _plot(
 
     lo, hi = X.min(axis=0) - 1.0, X.max(axis=0) + 1.0
     gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], 300), np.linspace(lo[1], hi[1], 300))
-    z = np.sign(predict(np.column_stack([gx.ravel(), gy.ravel()])).reshape(gx.shape))
-    fig, ax = plt.subplots(figsize=(6, 5))
+    score = predict(np.column_stack([gx.ravel(), gy.ravel()])).reshape(gx.shape)
+    fig, ax = plt.subplots(figsize=(8, 5))
     style = dict(cmap=plt.cm.Spectral, vmin=-1.0, vmax=1.0)
-    ax.contourf(gx, gy, z, levels=[-1.5, 0.0, 1.5], alpha=0.5, **style)
-    for label, name in ((1.0, "class +1"), (-1.0, "class -1")):
+    shade = ax.contourf(gx, gy, np.sign(score), levels=[-1.5, 0.0, 1.5], alpha=0.5, **style)
+    regions, _ = shade.legend_elements()  # a patch in each band's colour: -1, then +1
+    handles = []
+    for label, name in ((1.0, "class +1 points"), (-1.0, "class -1 points")):
         on = y == label
-        ax.scatter(X[on, 0], X[on, 1], c=y[on], s=30, edgecolors="k", label=name, **style)
+        handles.append(
+            ax.scatter(X[on, 0], X[on, 1], c=y[on], s=30, edgecolors="k", label=name, **style)
+        )
+    regions[1].set_label("model says +1 (shaded)")
+    regions[0].set_label("model says -1 (shaded)")
+    handles += [regions[1], regions[0]]
+    if score.min() < 0.0 < score.max():  # (a model that says one class everywhere has none)
+        ax.contour(gx, gy, score, levels=[0.0], colors="k", linewidths=1.0)
+        handles.append(Line2D([], [], color="k", linewidth=1.0, label="decision boundary"))
     ax.set_xlabel("x0 (first feature)")
     ax.set_ylabel("x1 (second feature)")
-    ax.legend(loc="upper right", title="training points")
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     title = "adcompile demo: MLP(2, [16, 16, 1]) on two moons"
     if accuracy is not None:
         title += f"\ntraining accuracy {100 * accuracy:.1f}%"

@@ -9,7 +9,10 @@ op table and compiled once (then loaded from Numba's cache).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import importlib.util
+import linecache
 import os
 import sys
 import tempfile
@@ -47,72 +50,272 @@ FOLD_MIN_SLOTS = 200
 _lock = threading.Lock()
 _empty = np.empty
 _modules: dict[str, ModuleType] = {}
-
-
-def cache_dir() -> Path:
-    """Where generated source (and Numba's cache beside it) is kept.
-
-    ``ADCOMPILE_CACHE_DIR`` overrides the default ``~/.cache/adcompile``.
-    """
-    root = os.environ.get("ADCOMPILE_CACHE_DIR")
-    path = Path(root) if root else Path.home() / ".cache" / "adcompile"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def load_source(source: str, stem: str) -> ModuleType:
-    """Import ``source`` from a file in the cache directory named by its hash."""
-    key = f"{stem}_{digest(source)}"
-    with _lock:
-        mod = _modules.get(key)
-        if mod is not None:
-            return mod
-        path = cache_dir() / f"{key}.py"
-        try:
-            same = path.read_text() == source
-        except (OSError, UnicodeDecodeError):
-            same = None if not path.exists() else False
-        if not same:
-            if same is False:
-                warnings.warn(
-                    f"adcompile: cache file {path} was corrupt or not ours; rebuilt it",
-                    CacheWarning,
-                    stacklevel=3,
-                )
-                _remove_numba_cache(path)
-            _write_atomic(path, source)
-        name = f"adcompile_generated.{key}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        sys.modules[name] = mod
-        _modules[key] = mod
-        return mod
+#: Directories whose disk cache failed this process (path -> why): code is
+#: compiled in memory from then on, without Numba's cache.
+_disk_off: dict[str, str] = {}
+#: The cache problems already warned about (each is said once per process).
+_warned: set[str] = set()
+#: The OSError numbers that mean "this directory cannot be written" (read-only,
+#: no permission, disk full, quota), not a damaged file.
+_UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
 
 
 class CacheWarning(UserWarning):
-    """A file in adcompile's on-disk cache was damaged and has been rebuilt."""
+    """A problem with adcompile's on-disk cache: a damaged file was rebuilt, or the
+    cache directory cannot be used and code is compiled in memory instead."""
+
+
+class CacheDirError(OSError):
+    """``ADCOMPILE_CACHE_DIR`` (or the default ``~/.cache/adcompile``) names no
+    directory that adcompile can write its cache into."""
 
 
 class CompileError(RuntimeError):
     """Numba could not compile code that adcompile generated (a bug in adcompile)."""
 
 
+def _configured_dir() -> tuple[Path, bool]:
+    """The cache directory asked for, and whether ``ADCOMPILE_CACHE_DIR`` asked for it."""
+    root = os.environ.get("ADCOMPILE_CACHE_DIR")
+    if root:
+        return Path(root).expanduser(), True
+    return Path.home() / ".cache" / "adcompile", False
+
+
+def _dir_problem(path: Path) -> str | None:
+    """What keeps ``path`` from holding the cache (it is created if missing), or None."""
+    if path.exists() and not path.is_dir():
+        return "is a file, not a directory"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a parent is a file, or a dangling link
+        return "cannot be created (something in its path is not a directory)"
+    except NotADirectoryError:
+        return "cannot be created (something in its path is a file, not a directory)"
+    except OSError as e:
+        return f"cannot be created ({e.strerror or e})"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return "is not writable"
+    return None
+
+
+def _problem_text(path: Path, from_env: bool, problem: str) -> str:
+    """One sentence: which directory, what is wrong with it, how to fix it."""
+    if from_env:
+        return (
+            f"the cache directory ADCOMPILE_CACHE_DIR={path} {problem}; set ADCOMPILE_CACHE_DIR "
+            "to a directory you can write to, or unset it to use ~/.cache/adcompile"
+        )
+    return (
+        f"the cache directory {path} {problem}; set ADCOMPILE_CACHE_DIR to a directory you "
+        "can write to"
+    )
+
+
+def cache_dir() -> Path:
+    """Where generated source (and Numba's cache beside it) is kept.
+
+    ``ADCOMPILE_CACHE_DIR`` overrides the default ``~/.cache/adcompile``. The
+    directory is created if missing; :class:`CacheDirError` (an ``OSError``)
+    says what is wrong when it cannot be used. (Compiling does not need it:
+    without a usable directory, code is compiled in memory, with one
+    :class:`CacheWarning`.)
+    """
+    path, from_env = _configured_dir()
+    problem = _dir_problem(path)
+    if problem is not None:
+        raise CacheDirError(_problem_text(path, from_env, problem))
+    return path
+
+
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str) -> None:
+    """A :class:`CacheWarning`, the first time ``key`` comes up in this process."""
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(f"adcompile: {message}", CacheWarning, stacklevel=3)
+
+
+def _disk_dir() -> Path | None:
+    """The cache directory to compile into, or None to compile in memory (a
+    directory that cannot be used, or whose writes failed, is warned about once)."""
+    path, from_env = _configured_dir()
+    off = _disk_off.get(str(path))
+    if off is not None:
+        return None
+    problem = _dir_problem(path)
+    if problem is None:
+        return path
+    _warn_once(
+        f"dir:{path}:{problem}",
+        _problem_text(path, from_env, problem) + ". Compiling in memory, without a disk cache.",
+    )
+    return None
+
+
+def _disk_failed(directory: Path, error: OSError, what: str) -> None:
+    """Writing ``what`` into ``directory`` failed: compile in memory from now on (said once)."""
+    why = error.strerror or str(error)
+    _disk_off[str(directory)] = why
+    fix = (
+        "free some space"
+        if error.errno in (errno.ENOSPC, errno.EDQUOT)
+        else "make it writable"
+        if error.errno in _UNWRITABLE
+        else "check it"
+    )
+    _warn_once(
+        f"write:{directory}",
+        f"cannot write {what} into the cache directory {directory} ({why}); compiling in "
+        f"memory, without a disk cache, for the rest of this process ({fix}, or set "
+        "ADCOMPILE_CACHE_DIR to another directory)",
+    )
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_source(source: str, stem: str) -> ModuleType:
+    """Import ``source`` from a file in the cache directory named by its hash.
+
+    Without a usable cache directory (see :func:`cache_dir`), or when writing
+    there fails (read-only, disk full), the source is run in memory instead,
+    under a ``<adcompile generated ...>`` file name that tracebacks and
+    ``linecache`` know; Numba then does not cache it.
+    """
+    key = f"{stem}_{digest(source)}"
+    with _lock:
+        mod = _modules.get(key)
+        if mod is not None:
+            return mod
+        root = _disk_dir()
+        path = None if root is None else root / f"{key}.py"
+        if path is not None:
+            try:
+                _ensure_source(path, source)
+            except OSError as e:
+                _disk_failed(path.parent, e, "generated source")
+                path = None
+        name = f"adcompile_generated.{key}"
+        if path is not None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+        else:
+            mod = _module_in_memory(source, name, key)
+        sys.modules[name] = mod
+        _modules[key] = mod
+        return mod
+
+
+def _ensure_source(path: Path, source: str) -> None:
+    """Make ``path`` hold ``source`` (a damaged file is rebuilt, with a warning)."""
+    try:
+        same: bool | None = path.read_text() == source
+    except (OSError, UnicodeDecodeError):
+        same = None if not path.exists() else False
+    if same:
+        return
+    if same is False:
+        warnings.warn(
+            f"adcompile: cache file {path} was corrupt or not ours; rebuilt it",
+            CacheWarning,
+            stacklevel=4,
+        )
+        _remove_numba_cache(path)
+    _write_atomic(path, source)
+
+
+def _module_in_memory(source: str, name: str, key: str) -> ModuleType:
+    """Run ``source`` as module ``name`` with no file behind it (no disk cache)."""
+    filename = f"<adcompile generated {key}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    mod = ModuleType(name)
+    exec(compile(source, filename, "exec"), mod.__dict__)
+    return mod
+
+
+def _on_disk(fn: Callable) -> Path | None:
+    """The source file of ``fn`` if Numba may cache it beside it, else None."""
+    filename = fn.__code__.co_filename
+    if filename.startswith("<"):
+        return None
+    path = Path(filename)
+    return None if str(path.parent) in _disk_off else path
+
+
 def njit(fn: Callable, inline: bool = False) -> Callable:
-    """Numba-compile ``fn`` with NumPy's float semantics, cached on disk.
+    """Numba-compile ``fn`` with NumPy's float semantics, cached on disk beside
+    its source when it has a file there (else not cached).
 
     ``inline=True``: Numba inlines it into its callers (a loop's outlined body).
+    A damaged cache entry is removed and rebuilt (with a :class:`CacheWarning`);
+    a cache that cannot be written makes the rest of the process compile in
+    memory (said once).
     """
+    options: dict[str, Any] = {"error_model": "numpy", "nogil": True}
     if inline:
-        return numba.njit(cache=True, error_model="numpy", nogil=True, inline="always")(fn)
-    return numba.njit(cache=True, error_model="numpy", nogil=True)(fn)
+        options["inline"] = "always"
+    path = _on_disk(fn)
+    if path is None:
+        return numba.njit(cache=False, **options)(fn)
+    try:
+        dispatcher = numba.njit(cache=True, **options)(fn)
+    except RuntimeError as e:  # Numba found nowhere to keep its cache
+        _disk_failed(path.parent, OSError(errno.EACCES, str(e)), "Numba's cache")
+        return numba.njit(cache=False, **options)(fn)
+    _watch_cache(dispatcher, path)
+    return dispatcher
+
+
+def _watch_cache(dispatcher: Any, path: Path) -> None:
+    """Wrap the disk cache of ``dispatcher`` so that a load that fails is cache
+    damage (removed, warned about, compiled afresh) and a save that fails is a
+    directory that cannot be written (warned about once); neither is mistaken
+    for an error in compiling, and nothing is compiled twice."""
+    cache = getattr(dispatcher, "_cache", None)
+    load = getattr(cache, "load_overload", None)
+    save = getattr(cache, "save_overload", None)
+    if load is None or save is None:  # (another Numba: its own behaviour stays)
+        return
+
+    def load_overload(sig: Any, target_context: Any) -> Any:
+        try:
+            return load(sig, target_context)
+        except Exception as e:  # an unreadable index or data file
+            warnings.warn(
+                f"adcompile: Numba's cache for {path} was damaged ({type(e).__name__}); "
+                "rebuilt it",
+                CacheWarning,
+                stacklevel=2,
+            )
+            with contextlib.suppress(OSError):
+                _remove_numba_cache(path)
+            return None  # a miss: Numba compiles and saves afresh
+
+    def save_overload(sig: Any, data: Any) -> None:
+        try:
+            save(sig, data)
+        except OSError as e:  # read-only, full, over quota: the compiled code still runs
+            _disk_failed(path.parent, e, "Numba's cache")
+        except Exception as e:  # (an index that cannot be read back): the same
+            _disk_failed(path.parent, OSError(errno.EIO, _first_line(e)), "Numba's cache")
+
+    cache.load_overload = load_overload
+    cache.save_overload = save_overload
 
 
 def _remove_numba_cache(source_path: Path) -> None:
@@ -120,32 +323,47 @@ def _remove_numba_cache(source_path: Path) -> None:
         f.unlink(missing_ok=True)
 
 
+def _where(fn: Callable) -> str:
+    """Where the generated source of ``fn`` can be read."""
+    filename = fn.__code__.co_filename
+    if filename.startswith("<"):
+        return "its source is shown by ad.show_code"
+    return f"with the source in {filename}"
+
+
+def _first_line(error: BaseException) -> str:
+    """What ``error`` says, in one line: Numba's messages run to many lines, the
+    first of them often only the pipeline stage (``Failed in nopython mode ...``)."""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    if len(lines) > 1 and lines[0].startswith("Failed in "):
+        lines = lines[1:]
+    text = lines[0] if lines else ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def _compile(dispatcher: Any, signature: Any, what: str, where: str) -> None:
+    """``dispatcher.compile(signature)``, a failure of any kind a :class:`CompileError`
+    that says what Numba said in one line and keeps its error as the cause."""
+    try:
+        dispatcher.compile(signature)
+    except Exception as e:  # Numba's typing errors, and internal errors alike
+        raise CompileError(
+            f"Numba could not compile the code adcompile generated for {what} "
+            f"({_first_line(e)}); this is a bug in adcompile: please report it, {where}"
+        ) from e
+
+
 def compile_now(fn: Callable, signature: Any) -> Callable:
     """Compile ``fn`` for ``signature`` now (or load it from Numba's disk cache).
 
-    A damaged cache entry is removed and rebuilt with a warning; a compilation
-    failure becomes a CompileError that keeps Numba's message as its cause.
+    A damaged cache entry is removed and rebuilt with a warning (see
+    :func:`njit`); a compilation failure becomes a :class:`CompileError` that
+    keeps Numba's error as its cause. Either way it is compiled once.
     """
     dispatcher = njit(fn)
-    try:
-        dispatcher.compile(signature)
-        return dispatcher
-    except numba.core.errors.NumbaError as e:
-        raise CompileError(
-            f"Numba could not compile the code adcompile generated for {fn.__name__} "
-            "(this is a bug in adcompile; please report it with the source in "
-            f"{fn.__code__.co_filename})"
-        ) from e
-    except Exception:  # a damaged cache index or data file
-        warnings.warn(
-            f"adcompile: Numba's cache for {fn.__code__.co_filename} was damaged; rebuilt it",
-            CacheWarning,
-            stacklevel=3,
-        )
-        _remove_numba_cache(Path(fn.__code__.co_filename))
-        dispatcher = njit(fn)
-        dispatcher.compile(signature)
-        return dispatcher
+    _compile(dispatcher, signature, fn.__name__, _where(fn))
+    return dispatcher
 
 
 def compile_folded_source(
@@ -226,18 +444,33 @@ def compile_folded(
 
 
 def clear_cache() -> int:
-    """Delete every file in the cache directory; how many were deleted."""
-    n = 0
+    """Delete every file in the cache directory; how many were deleted.
+
+    Raises :class:`CacheDirError` (an ``OSError``) naming the directory and the
+    fix when it cannot be used, or a file in it cannot be deleted. The code
+    compiled in this process is forgotten either way.
+    """
     with _lock:
-        root = cache_dir()
-        for f in sorted(root.rglob("*"), reverse=True):
-            if f.is_file():
-                f.unlink(missing_ok=True)
-                n += 1
-            elif f.is_dir():
-                f.rmdir()
         _modules.clear()
         _interpreters.clear()
+        _disk_off.clear()
+        path, from_env = _configured_dir()
+        problem = _dir_problem(path)
+        if problem is not None:
+            raise CacheDirError(_problem_text(path, from_env, problem))
+        n = 0
+        for f in sorted(path.rglob("*"), reverse=True):
+            try:
+                if f.is_dir() and not f.is_symlink():
+                    f.rmdir()
+                else:
+                    f.unlink(missing_ok=True)
+                    n += 1
+            except OSError as e:
+                raise CacheDirError(
+                    f"cannot delete {f} from the cache directory {path} "
+                    f"({e.strerror or e}); delete it yourself, or make the directory writable"
+                ) from None
     return n
 
 
@@ -423,10 +656,7 @@ def compile_direct_folded(
     f64, arr = numba.types.float64, numba.types.float64[::1]
     types = [f64 if size is None else arr for size in sizes] + [arr] * (len(arrays) + 1)
     fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
-    try:
-        fn.compile(tuple(types))
-    except numba.core.errors.NumbaError as e:
-        raise CompileError(f"Numba could not compile the direct call of {fname}") from e
+    _compile(fn, tuple(types), f"the direct call of {fname}", "with the code it calls")
     fn.disable_compile()
     return fn, work + folded.n_out
 
@@ -688,7 +918,7 @@ class BasisCompiled:
         f64, arr = numba.types.float64, numba.types.float64[::1]
         sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
         self.fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
-        self.fn.compile(sig)
+        _compile(self.fn, sig, fname, "with the code it calls (its .source)")
         self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
         self.source = (
             _comment(self.explanation)

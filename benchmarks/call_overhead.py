@@ -28,6 +28,7 @@ import numpy as np
 import adcompile as ad
 
 from . import workloads as W
+from .cli import parser
 from .systems.numba_sys import NumbaHand, build_kernels
 
 
@@ -64,8 +65,10 @@ class _Settings:
             setattr(self, f"a{k}", float(k + 1))
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print each case's medians and ratio (no options)."""
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Print each case's medians and ratio (no options but ``--help``; ``prog``: the name
+    in the usage)."""
+    parser(prog, "python -m benchmarks.call_overhead", __doc__.splitlines()[0]).parse_args(argv)
     g1 = ad.value_and_grad(lambda x: (x - 1.0) ** 2 + ad.sin(x))
     g2 = ad.value_and_grad(lambda x, y: (x - 1.0) ** 2 * y + ad.sin(x * y), argnums=(0, 1))
     cases = []

@@ -18,7 +18,6 @@ Needs ``pip install "adcompile[distributed]" scipy``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -27,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from .cli import parser
 from .workloads import MLP_PARAMS, MLP_WEIGHT_DECAY, mlp_flatten, mlp_init, two_moons
 
 
@@ -73,13 +73,14 @@ def median_time(fn: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000", help="rows of the MLP loss")
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--starts", type=int, default=400, help="multi-start runs per cluster")
-    args = parser.parse_args(argv)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run the benchmark and print its table (``prog``: the name in the usage)."""
+    ap = parser(prog, "python -m benchmarks.distributed", __doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100000,1000000", help="rows of the MLP loss")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--starts", type=int, default=400, help="multi-start runs per cluster")
+    args = ap.parse_args(argv)
     os.environ.setdefault("ADCOMPILE_QUIET", "1")
     from distributed import Client, LocalCluster
 

@@ -11,7 +11,6 @@ for its own garbage as it does in a training loop. Medians are printed.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import time
@@ -19,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import workloads as W
+from .cli import parser
 from .systems.adcompile_eager import AdcompileEager
 from .systems.micrograd_sys import Micrograd
 
@@ -58,12 +58,19 @@ def _trace_chain(n: int) -> Callable[[], Any]:
     return call
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Print the side-by-side medians of the workloads asked for."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("workloads", nargs="*", default=["mlp", "rosenbrock", "chain", "trace"])
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Print the side-by-side medians of the workloads asked for (``prog``: the name in
+    the usage)."""
+    p = parser(prog, "python -m benchmarks.eager_side_by_side", __doc__.splitlines()[0])
+    known = ["mlp", "rosenbrock", "chain", "trace"]
+    p.add_argument(
+        "workloads", nargs="*", default=known, help=f"of {', '.join(known)} (default: all)"
+    )
     p.add_argument("--blocks", type=int, default=4, help="blocks of 3 timed calls per engine")
     args = p.parse_args(argv)
+    unknown = [w for w in args.workloads if w not in known]
+    if unknown:
+        p.error(f"unknown workload {unknown[0]!r}; choose from {', '.join(known)}")
     systems = {"micrograd": Micrograd(), "adcompile-eager": AdcompileEager()}
     for s in systems.values():
         s.load()

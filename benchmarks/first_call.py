@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from .cli import parser
+
 CASES = {
     "rosenbrock-sum": 10_000,
     "rosenbrock-loop": 10_000,
@@ -130,8 +132,9 @@ def spawn(name: str, n: int, cache: str) -> dict[str, Any]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, prog: str | None = None) -> None:
+    """Run the cases asked for and print their table (``prog``: the name in the usage)."""
+    ap = parser(prog, "python -m benchmarks.first_call", __doc__.splitlines()[0])
     ap.add_argument("--case", choices=sorted(CASES), action="append", help="(default: all)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)

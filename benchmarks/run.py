@@ -32,6 +32,7 @@ from typing import Any
 
 from . import workloads as W
 from .cell import MARKER, PARTIAL
+from .cli import parser
 from .systems import DEFAULT_SYSTEMS, REFERENCE, REGISTRY, TESTING, get
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,12 +204,12 @@ def parse_args(
     argv: list[str] | None, prog: str = "python -m benchmarks.run"
 ) -> argparse.Namespace:
     """The options; ``prog`` is the command shown in the usage line."""
-    ap = argparse.ArgumentParser(
-        prog=prog,
-        description="Benchmark adcompile against its peers on the workloads of WORKLOADS.md. "
-        "'first-call [--case C]', 'call-overhead', 'eager', 'transforms' and 'distributed' "
-        "as the first "
-        "argument run those benchmarks instead.",
+    ap = parser(
+        prog,
+        "python -m benchmarks.run",
+        "Benchmark adcompile against its peers on the workloads of benchmarks/README.md. "
+        "'first-call', 'call-overhead', 'eager', 'transforms' and 'distributed' as the first "
+        f"argument run those benchmarks instead (see {prog} first-call --help ...).",
     )
     ap.add_argument(
         "--workload",
@@ -281,8 +282,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m benchmarks.run") 
         import importlib
 
         module = importlib.import_module(f"benchmarks.{SIDE_BY_SIDE[argv[0]]}")
-        try:
-            return int(module.main(argv[1:]) or 0)  # transforms: 1 when an answer was wrong
+        try:  # each names itself after this program in its usage and errors
+            return int(module.main(argv[1:], prog=f"{prog} {argv[0]}") or 0)  # 1: a wrong answer
         except SystemExit as e:
             return int(e.code or 0)
     try:

@@ -52,6 +52,7 @@ import numba
 import numpy as np
 
 from . import workloads as W
+from .cli import parser
 
 CASES = ("hvp", "hessian", "jacobian", "vmap")
 SYSTEMS = ("adcompile", "numba", "jax", "torch")
@@ -495,11 +496,10 @@ def _load() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the cases asked for, print their tables; the exit status (1: a wrong answer)."""
-    ap = argparse.ArgumentParser(
-        prog="python -m benchmarks.transforms", description=__doc__.splitlines()[0]
-    )
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """Run the cases asked for, print their tables; the exit status (1: a wrong answer).
+    ``prog``: the name in the usage."""
+    ap = parser(prog, "python -m benchmarks.transforms", __doc__.splitlines()[0])
     ap.add_argument("--case", action="append", choices=CASES, help="only this case (repeatable)")
     ap.add_argument("--n", type=int, help="only this size (vmap: the number of points)")
     ap.add_argument("--systems", help="comma-separated, of " + ",".join(SYSTEMS))

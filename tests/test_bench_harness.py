@@ -300,7 +300,11 @@ def test_side_by_side_benchmarks_run_by_name(capsys):
     assert run.main(["first-call", "--help"], prog="adcompile bench") == 0
     out = capsys.readouterr().out
     assert "--case" in out and "chain" in out
+    assert out.startswith("usage: adcompile bench first-call")  # its own name, not another's
     assert run.main(["first-call", "--case", "no-such-case"]) == 2
+    err = capsys.readouterr().err  # one line, naming the program as it was run
+    assert err.startswith("python -m benchmarks.run first-call: error: argument --case")
+    assert err.count("\n") == 1
     # ... and 'adcompile bench distributed' to benchmarks/distributed.py (issue 20)
     pytest.importorskip("distributed")
     assert run.main(["distributed", "--help"], prog="adcompile bench") == 0

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import io
+import os
 import re
+import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,3 +151,129 @@ def test_cache_path_and_clear(tmp_path, monkeypatch, capsys):
     assert main(["cache", "clear"]) == 0
     assert "removed 1 files" in capsys.readouterr().out
     assert not (tmp_path / "x.py").exists()
+
+
+# ---------------------------------------------------------------- a bad cache directory
+
+
+@pytest.mark.parametrize("action", ["clear", "path"])
+def test_cache_command_with_a_file_for_a_directory_is_one_line_and_status_2(
+    tmp_path, monkeypatch, capsys, action
+):
+    from adcompile.cli import main
+
+    (tmp_path / "file").write_text("keep")
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
+    assert main(["cache", action]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith(
+        f"adcompile cache: error: the cache directory ADCOMPILE_CACHE_DIR={tmp_path / 'file'} "
+        "is a file, not a directory; set ADCOMPILE_CACHE_DIR to a directory you can write to"
+    )
+    assert (tmp_path / "file").read_text() == "keep"
+
+
+def test_cache_clear_under_a_path_that_cannot_be_made_in_a_fresh_process(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path / "file" / "sub"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "adcompile.cli", "cache", "clear"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "cannot be created" in proc.stderr and str(tmp_path / "file" / "sub") in proc.stderr
+
+
+def test_demo_with_a_bad_cache_directory_says_so_in_one_line_and_trains(
+    tmp_path, monkeypatch, capsys
+):
+    import importlib
+
+    jit = importlib.import_module("adcompile.jit")
+    monkeypatch.setattr(jit, "_modules", {})
+    monkeypatch.setattr(jit, "_disk_off", {})
+    monkeypatch.setattr(jit, "_warned", set())
+    forget = getattr(importlib.import_module("adcompile.api"), "forget_shared_code", None)
+    if forget is not None:  # (the demo's code, if an earlier test compiled it)
+        forget()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
+    assert cli.main(["demo", "--points", "20", "--steps", "3", "--out", ""]) == 0
+    err = capsys.readouterr().err.splitlines()
+    said = [line for line in err if "ADCOMPILE_CACHE_DIR" in line]
+    assert len(said) == 1
+    assert said[0].startswith("adcompile: warning: the cache directory ADCOMPILE_CACHE_DIR=")
+    assert "Compiling in memory" in said[0]
+    assert not any("CacheWarning" in line or "warnings.warn" in line for line in err)
+    assert any(line.startswith("compiled in ") for line in err)
+
+
+# ---------------------------------------------------------------- adcompile bench
+
+
+SIDE_PROGRAMS = ["first-call", "call-overhead", "eager", "transforms", "distributed"]
+
+
+@pytest.mark.parametrize("program", SIDE_PROGRAMS)
+def test_each_bench_program_answers_its_own_help(capsys, program):
+    assert cli.main(["bench", program, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: adcompile bench {program} [-h]")
+    assert "subcommands" not in out and "--workload" not in out  # not another program's
+
+
+def test_bench_first_call_help_lists_its_cases(capsys):
+    assert cli.main(["bench", "first-call", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--case" in out and "rosenbrock-sum" in out
+
+
+def test_bench_unknown_case_is_one_line_naming_the_program(capsys):
+    assert cli.main(["bench", "first-call", "--case", "no-such-case"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(
+        "adcompile bench first-call: error: argument --case: invalid choice: 'no-such-case'"
+    )
+    assert "rosenbrock-sum" in captured.err  # the choices
+    assert captured.err.rstrip().endswith("(see adcompile bench first-call --help)")
+
+
+def test_bench_unknown_option_is_one_line(capsys):
+    assert cli.main(["bench", "--workload", "nope"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("adcompile bench: error: argument --workload")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["-h"], ["first-call", "--help"], ["--help-bench"]])
+def test_bench_help_outside_a_checkout_is_help(capsys, monkeypatch, tmp_path, argv):
+    monkeypatch.setattr(cli, "_bench_roots", lambda: [tmp_path])
+    assert cli.main(["bench", *argv]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    assert captured.out.startswith("usage: adcompile bench")
+    assert "need a checkout of the adcompile repository" in captured.out
+    assert "pip install -e '.[bench]'" in captured.out
+
+
+def test_bench_help_from_an_installed_copy_in_a_fresh_process(tmp_path):
+    root = Path(cli.__file__).resolve().parent
+    shutil.copytree(root, tmp_path / "site" / "adcompile", ignore=shutil.ignore_patterns("*.pyc"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "adcompile.cli", "bench", "--help"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")},
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.startswith("usage: adcompile bench")
+    assert "need a checkout" in proc.stdout

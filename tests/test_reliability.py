@@ -57,11 +57,21 @@ def test_debug_nans_compiled_primal_and_adjoint():
 # ---------------------------------------------------------------- on-disk cache
 
 
+def _forget_compiled_code() -> None:
+    """Forget the code compiled in this process, so that the next compile goes to disk."""
+    jit_mod._modules.clear()
+    forget = getattr(importlib.import_module("adcompile.api"), "forget_shared_code", None)
+    if forget is not None:  # code shared between traces of the same tape
+        forget()
+
+
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(jit_mod, "_modules", {})
-    return tmp_path
+    _forget_compiled_code()
+    yield tmp_path
+    _forget_compiled_code()
 
 
 def _files(root: Path, pattern: str) -> list[Path]:
@@ -75,7 +85,7 @@ def test_damaged_cache_file_is_rebuilt_with_warning(fresh_cache, damage):
 
     expected = math.sin(1.0) + math.cos(1.0)
     assert ad.grad(f)(1.0) == pytest.approx(expected)
-    jit_mod._modules.clear()
+    _forget_compiled_code()
     if damage == "source":
         targets = _files(fresh_cache, "f_value_and_grad_*.py")
     elif damage == "index":
