@@ -4,7 +4,7 @@ A formula such as ``"sin(x)*y + exp(x/y)"`` is parsed with Python's ``ast``
 and accepted only if it is made of numbers, variables, ``+ - * / **`` and
 calls of adcompile's functions (every op in the table, user primitives
 included, plus the aliases ``asin acos atan max min`` and the constants
-``pi`` and ``E``); nothing else is ever evaluated. It becomes an ordinary
+``pi``, ``e`` and ``E``); nothing else is ever evaluated. It becomes an ordinary
 Python function over adcompile's functions, in its variables sorted by name.
 
 Wire them into the main parser with ``add_check_parser(subparsers)`` and
@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .ops import OPS, Op, apply
 
 __all__ = [
@@ -40,7 +42,8 @@ ALIASES = {
     "max": "maximum",
     "min": "minimum",
 }
-CONSTANTS = {"pi": math.pi, "E": math.e}
+#: Names that are constants, not variables: ``e`` is Euler's number, as ``E`` (SymPy's name).
+CONSTANTS = {"pi": math.pi, "e": math.e, "E": math.e}
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 
 
@@ -110,6 +113,14 @@ def _validate(tree: ast.Expression, functions: dict[str, Op]) -> set[str]:
     return variables
 
 
+def _namespace(functions: dict[str, Op]) -> dict[str, Any]:
+    """What a formula's code sees: the constants and the functions, no builtins."""
+    namespace: dict[str, Any] = {"__builtins__": {}, **CONSTANTS}
+    for name, op in functions.items():
+        namespace[name] = lambda *args, _op=op: apply(_op, *args)
+    return namespace
+
+
 def parse_formula(text: str) -> Formula:
     """Parse ``text`` into a Formula; FormulaError if it is not a plain formula."""
     try:
@@ -118,9 +129,7 @@ def parse_formula(text: str) -> Formula:
         raise FormulaError(f"cannot parse {text!r}: {e.msg}") from None
     functions = _functions()
     variables = sorted(_validate(tree, functions))
-    namespace: dict[str, Any] = {"__builtins__": {}, **CONSTANTS}
-    for name, op in functions.items():
-        namespace[name] = lambda *args, _op=op: apply(_op, *args)
+    namespace = _namespace(functions)
     source = f"def f({', '.join(variables)}):\n    return {ast.unparse(tree.body)}\n"
     exec(compile(source, "<formula>", "exec"), namespace)  # validated above
     return Formula(text.strip(), variables, namespace["f"])
@@ -140,6 +149,13 @@ def parse_point(specs: list[str] | None, variables: list[str]) -> list[float]:
                 given[name] = float(value)
             except ValueError:
                 raise FormulaError(f"--at {name}={value}: not a number") from None
+    constants = sorted(set(given) & set(CONSTANTS))
+    if constants:
+        name = constants[0]
+        raise FormulaError(
+            f"--at {name}=...: {name} is a constant ({CONSTANTS[name]!r}), not a variable; "
+            "name the variable otherwise"
+        )
     unknown = sorted(set(given) - set(variables))
     if unknown:
         raise FormulaError(f"--at names {', '.join(unknown)}, which the formula does not use")
@@ -148,6 +164,23 @@ def parse_point(specs: list[str] | None, variables: list[str]) -> list[float]:
         example = ",".join(f"{v}=1" for v in missing)
         raise FormulaError(f"no value for {', '.join(missing)}: add it, as in --at {example}")
     return [given[v] for v in variables]
+
+
+class _Floats(ast.NodeTransformer):
+    """Every number of a formula as a NumPy float (``1/0`` is then inf, not an error)."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Call(ast.Name("_float", ast.Load()), [node], [])
+
+
+def constant_value(formula: Formula) -> float:
+    """The value of a formula without variables, computed as NumPy would (``1/0`` is inf,
+    ``log(-1)`` nan)."""
+    tree = ast.fix_missing_locations(_Floats().visit(ast.parse(formula.text, mode="eval")))
+    namespace = _namespace(_functions())
+    namespace.update({"_float": np.float64, **{k: np.float64(v) for k, v in CONSTANTS.items()}})
+    with np.errstate(all="ignore"):  # the formula was validated by parse_formula
+        return float(eval(compile(tree, "<formula>", "eval"), namespace))
 
 
 def tolerance(text: str) -> float:
@@ -177,11 +210,12 @@ def run_check(args: argparse.Namespace) -> int:
         point = parse_point(args.at, formula.variables)
     except FormulaError as e:
         return _fail("check", str(e))
+    if not formula.variables:
+        print(f"{formula.signature()} = {formula.text} = {constant_value(formula)!r}")
+        print("a constant: no variables, so no gradient to check")
+        return 0
     at = ", ".join(f"{v}={x!r}" for v, x in zip(formula.variables, point))
     print(f"{formula.signature()} = {formula.text}  at {at}")
-    if not formula.variables:
-        print(f"value {formula.fn()!r}; no variables, so no gradient")
-        return 0
     argnums = tuple(range(len(point)))
     code = _report(check_grad, formula, point, argnums, args)
     if code == 0 and args.hessian:

@@ -19,11 +19,21 @@ of that specialisation with what it needs around it:
 Guards: each kernel returns a status, 0 when every guard recorded while
 tracing holds, else the guard's number (1-based), which the Python module
 turns into a ValueError naming the comparison and the user's source line.
+The module names that line by its file's base name (``model.py:12``), never
+the absolute path: exported code does not depend on where it was made.
+
+The exported function is named after ``f``, made a valid identifier that is
+not a keyword, a builtin or a name the module uses (a lambda's is
+``lambda_``).
 """
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import linecache
+import ntpath
+import posixpath
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,15 +93,16 @@ def export(
         if isinstance(spec.compiled, AtLength):  # C needs the tape of exactly this length
             spec = t.traced_spec(*example_args)
         text = _c_module(spec, params, fname, doc, what)
-        header = c_header(text)
     else:
         kernel = _python_kernel(spec.compiled, params, fname, doc)
         n_vis = len(key) - len(hidden)
-        text = _python_module(kernel, spec.out, t.fun_name, names, key, n_vis, hidden, what, jit)
+        name = exported_name(t.fun_name, {kernel.name, *kernel.helpers})
+        text = _python_module(kernel, spec.out, name, names, key, n_vis, hidden, what, jit)
+    text = _short_paths(text)
     if path is not None:
         Path(path).write_text(text)
         if target == "c":
-            Path(path).with_suffix(".h").write_text(header)
+            Path(path).with_suffix(".h").write_text(c_header(text))
     return text
 
 
@@ -134,13 +145,52 @@ class Kernel:
         return f"{self.name}({', '.join([*self.lead, *args, *ex, out])})"
 
 
+#: Names an exported Python module uses itself, besides its kernels' names.
+MODULE_NAMES = frozenset({"math", "numbers", "np", "numba", *dir(builtins)})
+
+
+def exported_name(name: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """``name`` as the name of an exported function: a valid identifier (other characters
+    become ``_``; ``f_`` in front of a leading digit) that is not a keyword, nor a builtin or
+    a name the module uses (``MODULE_NAMES``, ``taken``): those get a ``_`` at the end, as
+    ``lambda`` -> ``lambda_``."""
+    text = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name) or "f"
+    if not text.isidentifier():
+        text = "f_" + text
+    while keyword.iskeyword(text) or text in MODULE_NAMES or text in taken:
+        text += "_"
+    return text
+
+
+def base_name(path: str) -> str:
+    """The last part of a POSIX or Windows path (``model.py``); ``<stdin>`` as it is."""
+    return ntpath.basename(posixpath.basename(path)) or path
+
+
+def _short_where(where: str) -> str:
+    """``file:line`` with the file's base name (``model.py:12``)."""
+    m = re.match(r"(.*):(\d+)$", where or "")
+    return f"{base_name(m[1])}:{m[2]}" if m else where
+
+
+#: A guard's comment in generated code, which ends with the user's ``file:line``.
+_GUARD_WHERE = re.compile(r"( was (?:True|False) at )(.+?):(\d+)(?= \*/|$)", re.M)
+
+
+def _short_paths(text: str) -> str:
+    """``text`` with each guard comment's source file named by its base name."""
+    return _GUARD_WHERE.sub(lambda m: f"{m[1]}{base_name(m[2])}:{m[3]}", text)
+
+
 def _where(where: str) -> str:
-    """``file:line`` and the line's text, when the file can be read."""
+    """``file:line`` (the file by its base name) and the line's text, when the file can be
+    read."""
     m = re.match(r"(.*):(\d+)$", where or "")
     if not m:
         return where or "an unrecorded line"
     text = linecache.getline(m[1], int(m[2])).strip()
-    return f"{where}: {text}" if text else where
+    short = _short_where(where)
+    return f"{short}: {text}" if text else short
 
 
 def _guard_messages(tape: Tape, params: Sequence[Param]) -> list[str]:

@@ -156,3 +156,25 @@ def test_bad_tolerance_and_hessian_of_a_vector():
         ad.check_jacobian(two_outputs, np.ones(2), rtol=-1)
     with pytest.raises(ValueError, match="must return a scalar"):
         ad.check_jacobian(two_outputs, np.ones(2), hessian=True)
+
+
+@pytest.mark.parametrize("where", ["ISSUE_POINT", "ALIASING_POINT"])
+def test_oscillating_schaffer04_jacobian_and_hessian_have_no_false_mismatch(where):
+    """Issue 28, item 3: the finite differences of f and of its gradient are Richardson
+    extrapolations with an estimated error, judged against it."""
+    import test_check_grad_steps as steps
+    from test_check_grad_steps import schaffer04, schaffer04_grad
+
+    x = getattr(steps, where)
+    report = ad.check_jacobian(schaffer04, x)
+    assert report.ok
+    np.testing.assert_allclose(report.jacobian[0], schaffer04_grad(x), rtol=1e-10)
+    for name in ("jacobian", "hessian"):
+        table = report.tables[name]
+        fd, err = table.columns["finite diff"], table.fd_error
+        sym = table.columns["sympy"]
+        assert np.all(np.isfinite(err)) and np.all(err < 1e-7 * np.abs(sym))
+        assert np.all(np.abs(fd - sym) <= np.maximum(1e-6 + 1e-5 * np.abs(sym), 4 * err))
+    text = str(report)
+    assert "finite diff ± est. error" in text
+    assert "hessian" in text.split("time: ")[1] and "(compiling included)" in text

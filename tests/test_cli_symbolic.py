@@ -86,6 +86,8 @@ def test_check_mismatch_exits_1(capsys, badsin):
         (("grad", "sin(x", "--hessian"), "cannot parse"),
         (("grad", "x*y", "--hessian", "--at", "x=1"), "no value for y"),
         (("check", "x*y", "--at", "x=1", "--hessian"), "no value for y"),
+        (("check", "x*e", "--at", "x=1,e=2"), "e is a constant \\(2.718281828459045\\)"),
+        (("grad", "2 + e"), "no variables"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -125,6 +127,39 @@ def test_parse_formula_builds_a_function_over_adcompile():
         parse_formula("import os")
 
 
+@pytest.mark.parametrize(
+    "expr, value",
+    [
+        ("3", 3.0),
+        ("e", math.e),
+        ("2*pi - E", 2 * math.pi - math.e),
+        ("exp(1) - e", 0.0),
+        ("1/0", math.inf),  # as NumPy, not a ZeroDivisionError
+        ("log(-1)", math.nan),
+    ],
+)
+def test_check_of_a_constant_prints_its_value(expr, value, capsys):
+    assert run("check", expr) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    head, _, shown = lines[0].rpartition(" = ")
+    assert head == f"f() = {expr}" and " at " not in lines[0]
+    assert float(shown) == pytest.approx(value, rel=1e-15, nan_ok=True)
+    assert lines[1:] == ["a constant: no variables, so no gradient to check"]
+    assert captured.err == ""
+
+
+def test_e_is_eulers_number_not_a_variable(capsys):
+    formula = parse_formula("x * e + E")
+    assert formula.variables == ["x"]
+    assert formula.fn(2.0) == 2.0 * math.e + math.e
+    assert run("check", "x * e", "--at", "x=2") == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "f(x) = x * e  at x=2.0"
+    row = next(line for line in out.splitlines() if line.startswith("x "))  # d(x e)/dx = e
+    assert [float(v) for v in row.split()[1:5]] == pytest.approx([math.e] * 4, rel=1e-14)
+
+
 def _hessian_rows(out: str) -> np.ndarray:
     """The numbers printed under ``Hessian at ...``."""
     lines = out.splitlines()
@@ -158,14 +193,18 @@ def test_check_hessian_runs_check_jacobian(capsys):
     assert run("check", "x*x*y", "--at", "x=1,y=2", "--hessian") == 0
     out = capsys.readouterr().out
     assert "check_grad(f)" in out and "check_jacobian(f)" in out
-    # H = [[2y, 2x], [2x, 0]] at (1, 2), by hand
+    # H = [[2y, 2x], [2x, 0]] at (1, 2), by hand; the finite difference (differences of the
+    # gradient) is shown with its estimated error, as 4.00000000000001±1.6e-09
     rows = {
-        line.split()[4] + line.split()[6]: [float(x) for x in line.split()[7:11]]
+        line.split()[4] + line.split()[6]: line.split()[7:11]
         for line in out.splitlines()
         if line.startswith("d2 f / d ")
     }
-    assert rows["xx"][:3] == [4.0, 4.0, 4.0] and rows["xy"][:3] == [2.0, 2.0, 2.0]
-    assert rows["yx"][:3] == [2.0, 2.0, 2.0] and rows["yy"][:3] == [0.0, 0.0, 0.0]
+    hand = {"xx": 4.0, "xy": 2.0, "yx": 2.0, "yy": 0.0}
+    for entry, want in hand.items():
+        assert [float(x) for x in rows[entry][:3]] == [want] * 3
+        fd, _, error = rows[entry][3].partition("±")
+        assert abs(float(fd) - want) <= max(4 * float(error), 1e-6), rows[entry]
     assert out.rstrip().endswith("OK")
 
 

@@ -7,8 +7,10 @@ called through ctypes.
 
 from __future__ import annotations
 
+import ast
 import ctypes
 import importlib
+import importlib.util
 import json
 import math
 import re
@@ -23,8 +25,10 @@ from hypothesis import HealthCheck, given, settings
 from test_fuzz import _args, _compile, programs
 
 import adcompile as ad
-from adcompile.export import c_header, with_status
+from adcompile.export import c_header, exported_name, with_status
 from adcompile.ops import c_template
+
+HERE = Path(__file__).resolve().parent
 
 
 def branchy(x, y):
@@ -79,6 +83,17 @@ print(json.dumps(results))
 """
 
 
+def imported(src: str) -> set[str]:
+    """The top-level packages a module's source imports."""
+    names = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            names.add((node.module or "").split(".")[0])
+    return names
+
+
 def run_isolated(folder: Path, calls: list) -> dict:
     """Run exported modules in ``folder`` in a fresh interpreter without adcompile."""
     done = subprocess.run(
@@ -115,7 +130,9 @@ def test_exported_python_runs_without_adcompile(tmp_path):
     for name, t in transforms.items():
         args = (x, v, y) if name == "hvp" else (x, y)
         src = ad.export(branchy, *args, transform=name, path=tmp_path / f"m_{name}.py")
-        assert "adcompile" not in src.split("def ", 1)[0].replace("exported by adcompile", "")
+        # what it imports, whatever the path of this checkout (git names it adcompile/)
+        assert imported(src) == {"math", "numbers", "numpy"}, imported(src)
+        assert str(HERE) not in src  # the user's file by its base name, not where it lies
         calls.append((f"m_{name}.py", "branchy", [a.tolist() if np.ndim(a) else a for a in args]))
         wants[f"m_{name}.py"] = t(*args)
     got = run_isolated(tmp_path, calls)
@@ -154,6 +171,91 @@ def test_guard_on_the_other_branch_names_comparison_and_line():
         assert "guard 1 failed: x[0] > 0.5 was True" in msg
         # the user's file:line and its text
         assert re.search(r"test_export\.py:\d+: if x\[0\] > 0\.5:", msg), msg
+
+
+def test_guards_name_the_users_file_by_its_base_name_in_python_and_c():
+    x, y = np.array([1.0, 2.0]), 3.0
+    for target in ("python", "c"):
+        src = ad.export(branchy, x, y, target=target)
+        assert str(HERE) not in src and "test_export.py:" in src
+        # in the guard's message and in the generated code's comment on the guard
+        assert re.search(r"at test_export\.py:\d+: if x\[0\] > 0\.5:", src), target
+        assert re.search(r"guard: .* was True at test_export\.py:\d+", src), target
+
+
+def test_export_from_a_folder_named_adcompile_runs_without_adcompile(tmp_path):
+    """The issue's case: the user's code lies under a folder named ``adcompile`` (git's
+    name for a clone); the exported module neither names that path nor imports it."""
+    folder = tmp_path / "adcompile" / "work"
+    folder.mkdir(parents=True)
+    (folder / "model_in_clone.py").write_text(
+        "import adcompile as ad\n\n\n"
+        "def model(x):\n"
+        "    if x[0] > 0.0:\n"
+        "        return ad.exp(x[0]) * x[1]\n"
+        "    return x[1]\n"
+    )
+    spec = importlib.util.spec_from_file_location("model_in_clone", folder / "model_in_clone.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x = np.array([0.5, 2.0])
+    src = ad.export(module.model, x, path=folder / "exported_model.py")
+    assert str(tmp_path) not in src and "model_in_clone.py:5: if x[0] > 0.0:" in src
+    assert imported(src) == {"math", "numbers", "numpy"}
+    got = run_isolated(folder, [("exported_model.py", "model", [x.tolist()])])
+    assert got["hidden"] and not any(m.startswith("adcompile") for m in got["modules"])
+    # by hand: f = exp(x0) x1, df = (exp(x0) x1, exp(x0))
+    e = math.exp(0.5)
+    same(got["exported_model.py"], [2 * e, [2 * e, e]])
+
+
+def test_a_lambda_exports_as_lambda_():
+    x = np.array([0.3, 2.0])
+    src = ad.export(lambda x: ad.sin(x[0]) * x[1], x)
+    compile(src, "<exported lambda>", "exec")  # no SyntaxError: was "def lambda(x):"
+    assert "def lambda_(x):" in src
+    value, grad = load(src, "lambda_")(x)
+    # by hand: f = sin(x0) x1, df = (cos(x0) x1, sin(x0))
+    assert value == pytest.approx(math.sin(0.3) * 2.0, rel=1e-15)
+    np.testing.assert_allclose(grad, [math.cos(0.3) * 2.0, math.sin(0.3)], rtol=1e-15)
+    # C names its function after the kernel, which was always valid
+    c_src = ad.export(lambda x: ad.sin(x[0]) * x[1], x, target="c")
+    assert "int lambda_value_and_grad(const double* x, double* out);" in c_src
+
+
+@pytest.mark.parametrize(
+    "name, want",
+    [
+        ("lambda", "lambda_"),
+        ("class", "class_"),
+        ("np", "np_"),  # would hide numpy from the module's own code
+        ("max", "max_"),  # a builtin the module's code may call
+        ("1f", "f_1f"),
+        ("a-b", "a_b"),
+        ("", "f"),
+        ("rosen", "rosen"),
+        ("match", "match"),  # a soft keyword is a valid name
+    ],
+)
+def test_exported_names_are_valid_identifiers(name, want):
+    got = exported_name(name)
+    assert got == want
+    compile(f"def {got}(x):\n    return x\n", "<name>", "exec")
+
+
+def test_a_function_named_like_a_keyword_or_a_module_name_exports(tmp_path):
+    x = np.array([0.3, 2.0])
+
+    def f(x):
+        return x[0] * x[1] ** 2
+
+    for name in ("class", "np", "math"):
+        f.__name__ = name
+        src = ad.export(f, x)
+        value, grad = load(src, exported_name(name))(x)
+        # by hand: f = x0 x1^2, df = (x1^2, 2 x0 x1)
+        assert value == pytest.approx(1.2, rel=1e-15)
+        np.testing.assert_allclose(grad, [4.0, 1.2], rtol=1e-15)
 
 
 def test_wrong_shape_is_a_value_error_naming_the_argument():
