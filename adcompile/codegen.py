@@ -46,6 +46,11 @@ class Param:
     size: int | None  # None for a scalar
 
 
+#: Generated code checks at most this many guards with one ``if`` each; more are
+#: folded into loops (``loopir.GuardLoop``) or into one flag tested once.
+GUARD_IFS = 32
+
+
 def strip_parens(expr: str) -> str:
     """``(a + b)`` -> ``a + b`` when the outer parentheses enclose everything."""
     if not (expr.startswith("(") and expr.endswith(")")):
@@ -173,6 +178,15 @@ def straight_line(
                 lines.append(f"    if {p.name}.shape[0] != {p.size}:")
                 lines.append(f"        return {outputs.failure}")
     failed = outputs.failure if outputs else None
+    # many guards: folded into one flag, tested once at the end (one ``if`` each
+    # would make as many blocks, and Numba's SSA pass recurses once per block)
+    checked = [g for j, gs in guard_at.items() if j >= 0 for g in gs]
+    many = not c and len(checked) > GUARD_IFS
+    flag = _fresh("st" if status else "ok", names, params) if many else ""
+    if flag and status:  # (the number of the first guard that fails, 0 if none)
+        lines.append(f"    {flag} = 0  # {len(checked)} guards: the first that fails, or 0")
+    elif flag:
+        lines.append(f"    {flag} = True  # {len(checked)} guards, checked together at the end")
     block = -1
     for j, node in enumerate(tape.nodes):
         op = node.op
@@ -197,6 +211,13 @@ def straight_line(
             cond = f"{operand(g.a)} {g.cmp} {operand(g.b)}"
             test = f"not ({cond})" if g.expected else cond
             note = f"guard: {cond} was {g.expected} at {g.where}"
+            if flag and status:  # no branch: st takes k if it is still 0 and g fails
+                lines.append(f"    {flag} += ({flag} == 0) * {k} * ({test})  # {note}")
+                continue
+            if flag:
+                holds = cond if g.expected else f"not ({cond})"
+                lines.append(f"    {flag} &= {holds}  # {note}")
+                continue
             if c:
                 test = f"!({cond})" if g.expected else f"({cond})"
                 lines.append(f"    if ({test}) return {k};  {c_comment(note)}")
@@ -205,6 +226,10 @@ def straight_line(
             lines.append(f"        return {failed or (k if status else False)}")
     for _, g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
         assert g.holds([n.value for n in tape.nodes])
+    if flag and status:
+        lines += [f"    if {flag}:", f"        return {flag}"]
+    elif flag:
+        lines += [f"    if not {flag}:", f"        return {failed or False}"]
     for k, o in enumerate(tape.outputs):
         target = outputs.targets[k] if outputs else f"out[{k}]"
         if not target:  # an output the caller does not read
@@ -215,6 +240,14 @@ def straight_line(
     else:
         lines.append(f"    return {outputs.success if outputs else 0 if status else True}")
     return "\n".join(lines) + "\n"
+
+
+def _fresh(name: str, names: Sequence[str], params: Sequence[Param]) -> str:
+    """``name``, or ``name_``, ``name__``... if a slot or parameter is named so."""
+    taken = set(names) | {p.name for p in params}
+    while name in taken:
+        name += "_"
+    return name
 
 
 def module_source(functions: Sequence[str]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codegen import Param, py_ident, strip_parens
+from .codegen import GUARD_IFS, Param, py_ident, strip_parens
 from .passes import zero_flow
 from .segments import (
     INPUT_CLASS,
@@ -44,6 +44,26 @@ OUTLINE_MAX_DEPTH = 3
 
 
 # ------------------------------------------------------------------ code generation
+
+
+class _TopGuard:
+    """A guard checked in the function's body, outside loops: an ``if`` that
+    returns False, or, where there are more than ``GUARD_IFS`` of them, a term
+    of the flag ``flag`` tested once (a chain of ``if``s, one block each, makes
+    Numba's SSA pass recurse once per block, and fail at a few hundred)."""
+
+    __slots__ = ("cond", "expected", "where", "flag")
+
+    def __init__(self, cond: str, expected: bool, where: str) -> None:
+        self.cond, self.expected, self.where, self.flag = cond, expected, where, ""
+
+    def lines(self) -> list[str]:
+        note = f"# guard: {self.cond} was {self.expected} at {self.where}"
+        if self.flag:
+            holds = self.cond if self.expected else f"not ({self.cond})"
+            return [f"    {self.flag} &= {holds}  {note}"]
+        test = f"not ({self.cond})" if self.expected else self.cond
+        return [f"    if {test}:  {note}", "        return False"]
 
 
 @dataclass
@@ -405,6 +425,7 @@ class FoldGenerator:
         fresh = _namer({p.name for p in self.params} | {"math"})
         self.vname, self.cname = fresh("v"), fresh("c")
         self.rname, self.kname, self.oname = fresh("r"), fresh("k"), fresh("out")
+        self.okname = fresh("ok")
         self.line_names = {
             j: fresh(py_ident(tape.name(j)))
             for j in np.flatnonzero(self.seg_of[: self.t.n] < 0).tolist()
@@ -430,6 +451,10 @@ class FoldGenerator:
             f"{indent}if {test}:  # guard: {cond} was {g.expected} at {g.where}",
             f"{indent}    return False",
         ]
+
+    def top_guard(self, g: Guard, a: str, b: str) -> _TopGuard:
+        """Guard ``g`` (its sides read as ``a`` and ``b``) outside loops."""
+        return _TopGuard(f"{a} {g.cmp} {b}", g.expected, g.where)
 
     def comment(self, j: int) -> str | None:
         tape = self.tape
@@ -808,7 +833,7 @@ class FoldGenerator:
         for g in t.static_guards:  # constant on both sides: decided while tracing
             assert g.holds(t.cvalue)
         arglist = ", ".join([p.name for p in self.params] + [self.vname, self.cname, self.oname])
-        lines = [f"def {fname}({arglist}):"]
+        lines: list[str | _TopGuard] = [f"def {fname}({arglist}):"]
         if doc:
             lines.append(f'    """{doc}"""')
         self.statements = 0
@@ -846,11 +871,20 @@ class FoldGenerator:
                 if self.zero_exit is not None and j == self.zero_exit[0]:
                     lines.extend(self._zero_exit_lines())
             for g, (a, b) in zip(t.guards_at.get(j, ()), guard_descs.get(j, ())):
-                lines.extend(self.guard_lines(g, self.expr(a), self.expr(b), "    "))
-        lines.extend(self._outputs(out_descs))
-        lines.append("    return True")
+                lines.append(self.top_guard(g, self.expr(a), self.expr(b)))
+        tops = [x for x in lines if isinstance(x, _TopGuard)]
+        # one flag, tested before the outputs are written (not where a repetition
+        # whose cotangent is zero returns early: it would skip the test)
+        if len(tops) > GUARD_IFS and self.zero_exit is None:
+            for x in tops:
+                x.flag = self.okname
+            lines.insert(2 if doc else 1, f"    {self.okname} = True  # {len(tops)} guards")
+            lines += [f"    if not {self.okname}:", "        return False"]
+        text = [ln for x in lines for ln in (x.lines() if isinstance(x, _TopGuard) else [x])]
+        text.extend(self._outputs(out_descs))
+        text.append("    return True")
         return FoldedCode(
-            "\n\n\n".join(self.inner_texts + ["\n".join(lines) + "\n"]),
+            "\n\n\n".join(self.inner_texts + ["\n".join(text) + "\n"]),
             self.work_size,
             np.array(self.columns or [0.0], np.float64),
             list(self.segs),
@@ -867,7 +901,7 @@ class FoldGenerator:
             return ("param", d[1]), d[2]
         return None
 
-    def _guard_runs(self, items: list[tuple[Guard, tuple]]) -> list[str]:
+    def _guard_runs(self, items: list[tuple[Guard, tuple]]) -> list[str | _TopGuard]:
         """Guards in order; a run of the same comparison on evenly spaced reads is a loop."""
 
         def key(g: Guard, d: tuple) -> tuple:  # (kind of read, index)
@@ -892,7 +926,7 @@ class FoldGenerator:
                     end += 1
             g, (a, b) = items[i]
             if end - i < MIN_REPS:
-                lines.extend(self.guard_lines(g, self.expr(a), self.expr(b), "    "))
+                lines.append(self.top_guard(g, self.expr(a), self.expr(b)))
                 i += 1
                 continue
             kv = self.kname

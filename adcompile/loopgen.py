@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codegen import Param, strip_parens
+from .codegen import GUARD_IFS, Param, strip_parens
 from .loopgrad import Adjoint, GradProgram, Unit, units
 from .loopir import (
     Affine,
@@ -41,7 +41,7 @@ from .loopir import (
 from .looplayout import Layout, index, index2
 from .tape import CONST, INPUT
 
-_CLASH = re.compile(r"v|c|i|j|n|out|math|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
+_CLASH = re.compile(r"v|c|i|j|n|ok|out|math|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
 
 
 @dataclass
@@ -233,11 +233,41 @@ class _Gen(Layout):
         return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
 
     def _program_guards(self) -> None:
-        """The guards outside loops, checked after the forward sweep."""
+        """The guards outside loops, checked after the forward sweep: a run of them
+        as a loop (``loopir.GuardLoop``); more than ``GUARD_IFS`` single ones as
+        one flag, ``ok &= ...``, tested once (a chain of ``if``s, one block each,
+        makes Numba's SSA pass recurse once per block, and fail at a few hundred)."""
         where = self.program.guard_where
-        for k, (cmp, a, b, expected) in enumerate(self.program.guards):
+        guards = self.program.guards
+        flag = len(guards) > GUARD_IFS
+        if flag:
+            self.emit(1, f"# {len(guards)} guards, checked together")
+            self.emit(1, "ok = True")
+        for k, (cmp, a, b, expected) in enumerate(guards):
             at = where[k] if k < len(where) else ""
-            self._guard(1, self.ref(a, None), cmp, self.ref(b, None), expected, at)
+            a_, b_ = self.ref(a, None), self.ref(b, None)
+            if flag:
+                self._guard_flag(1, a_, cmp, b_, expected, at)
+            else:
+                self._guard(1, a_, cmp, b_, expected, at)
+        if flag:
+            self.emit(1, "if not ok:")
+            self.emit(2, "return False")
+        for gl in self.program.guard_loops:
+            var = self.i
+            self.emit(1, f"# {gl.trips} guards, one per {var}")
+            self.emit(1, f"for {var} in range({gl.trips}):")
+            a_, b_ = self.ref(gl.a, var), self.ref(gl.b, var)
+            self._guard(2, a_, gl.cmp, b_, gl.expected, gl.where)
+
+    def _guard_flag(
+        self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str
+    ) -> None:
+        """A guard folded into the flag ``ok`` (no branch: see ``_program_guards``)."""
+        cond = f"{a} {cmp} {b}"
+        test = cond if expected else f"not ({cond})"
+        note = f"  # guard: {cond} was {expected}" + (f" at {where}" if where else "")
+        self.emit(depth, f"ok &= {test}{note}")
 
     def _guard(self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str) -> None:
         cond = f"{a} {cmp} {b}"

@@ -352,6 +352,7 @@ def _run(gp: GradProgram, args: Sequence[float | np.ndarray]) -> tuple[bool, lis
         body_vals.append(bv)
     for cmp, a, b, expected in program.guards:
         ok = ok and Guard(cmp, 0, 1, expected).holds([read(a, 0), read(b, 0)])
+    ok = ok and all(gl.holds(read) for gl in program.guard_loops)
 
     adj = [np.zeros_like(v) for v in values]
     grads = [np.zeros_like(f) for f in flat]

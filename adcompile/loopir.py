@@ -19,7 +19,8 @@ affine in ``i`` (:class:`Arg`, :class:`At`), a literal (:class:`Lit`), a
 constant that differs per repetition (:class:`Column`), or its own value
 of the previous repetition (:class:`Prev`). Those reads are the body tape's
 inputs, so a body can be interpreted, differentiated or folded again by
-the code that handles any tape.
+the code that handles any tape. Guards outside loops that differ only by an
+advancing index (``max(x[i], 0.0)`` for each i) are one :class:`GuardLoop`.
 
 ``build(tape, segments, params)`` makes a program from a tape and the
 segments ``adcompile.segments`` found on it; :meth:`Program.run` runs it
@@ -29,7 +30,7 @@ prints it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,91 @@ class Prev:
 
 Ref = Arg | Lit | At
 Read = Arg | Lit | Column | At | Prev
+
+
+@dataclass(frozen=True)
+class GuardLoop:
+    """Guards outside loops that differ only by indices advancing together:
+    ``a cmp b`` was ``expected`` at each ``i in range(trips)``, the reads ``a``
+    and ``b`` at ``i`` (their indices affine in ``i``; a literal is the same at
+    every ``i``). A chain of ``max(x[i], 0.0)`` records one guard per element of
+    ``x``; they are checked as one loop, not as one ``if`` each."""
+
+    cmp: str
+    a: Ref
+    b: Ref
+    expected: bool
+    trips: int
+    where: str = ""
+
+    def holds(self, read: Callable[[Ref, int], float]) -> bool:
+        """Whether the guard holds at every ``i``, ``read(r, i)`` reading ``r`` there
+        (``reader``'s ``read``)."""
+        g = Guard(self.cmp, 0, 1, self.expected)
+        return all(g.holds([read(self.a, i), read(self.b, i)]) for i in range(self.trips))
+
+
+#: Guards outside loops that fold into a :class:`GuardLoop`: runs of at least
+#: this many.
+GUARD_RUN = 3
+
+
+def fold_guards(
+    checks: dict[tuple[str, Ref, Ref, bool], str], min_run: int = GUARD_RUN
+) -> tuple[list[tuple[str, Ref, Ref, bool]], list[str], list[GuardLoop]]:
+    """The guards ``checks`` (``(cmp, a, b, expected)`` -> where it was made) as
+    single guards (with their ``where``) and runs folded into guard loops.
+
+    Guards have no effect but to fail, so their order is free: those of one
+    kind (the same comparison and expected answer, reading the same argument,
+    item or literal on each side) are taken in the order made, and each run of
+    ``min_run`` or more whose indices advance by the same steps is a loop.
+    """
+    groups: dict[tuple, list[tuple[str, Ref, Ref, bool]]] = {}
+    for key in checks:
+        cmp, a, b, expected = key
+        groups.setdefault((cmp, expected, _kind(a), _kind(b)), []).append(key)
+    singles: list[tuple[str, Ref, Ref, bool]] = []
+    loops: list[GuardLoop] = []
+    for members in groups.values():
+        idx = [(_index(a), _index(b)) for _, a, b, _ in members]
+        m = 0
+        while m < len(members):
+            end, step = m + 1, (0, 0)
+            if m + 1 < len(members):
+                step = (idx[m + 1][0] - idx[m][0], idx[m + 1][1] - idx[m][1])
+                while end < len(members) and idx[end] == (
+                    idx[m][0] + step[0] * (end - m),
+                    idx[m][1] + step[1] * (end - m),
+                ):
+                    end += 1
+            if end - m < min_run:
+                singles.append(members[m])
+                m += 1
+                continue
+            cmp, a, b, expected = members[m]
+            a, b = _advance(a, step[0]), _advance(b, step[1])
+            loops.append(GuardLoop(cmp, a, b, expected, end - m, checks[members[m]]))
+            m = end
+    return singles, [checks[k] for k in singles], loops
+
+
+def _kind(r: Ref) -> tuple:
+    """What a guard's side reads, but for its index."""
+    if type(r) is Lit:
+        return ("lit", r.value)
+    return ("arg", r.param) if type(r) is Arg else ("at", r.item)
+
+
+def _index(r: Ref) -> int:
+    return 0 if type(r) is Lit else r.index.c0
+
+
+def _advance(r: Ref, step: int) -> Ref:
+    """``r`` with its index advancing by ``step`` per repetition."""
+    if type(r) is Lit:
+        return r
+    return type(r)(r.param if type(r) is Arg else r.item, Affine(r.index.c0, step))
 
 
 # ------------------------------------------------------------------ items
@@ -245,6 +331,8 @@ class Program:
     name: str = "f"
     # per guard, the user's source line that made it ("" where not known)
     guard_where: list[str] = field(default_factory=list)
+    # guards outside loops folded into loops of their own (``fold_guards``)
+    guard_loops: list[GuardLoop] = field(default_factory=list)
 
     # ---- running (the reference interpreter)
 
@@ -286,6 +374,7 @@ class Program:
             values.append(out.ravel())
         for cmp, a, b, expected in self.guards:
             ok = ok and Guard(cmp, 0, 1, expected).holds([read(a, 0), read(b, 0)])
+        ok = ok and all(gl.holds(read) for gl in self.guard_loops)
         return ok, [read(r, 0) for r in self.outputs]
 
     # ---- printing
@@ -319,6 +408,9 @@ class Program:
                 lines.append(f"    guard {a} {g.cmp} {b} is {g.expected}")
         for cmp, a, b, expected in self.guards:
             lines.append(f"  guard {self._ref(a)} {cmp} {self._ref(b)} is {expected}")
+        for gl in self.guard_loops:
+            a, b = self._ref(gl.a), self._ref(gl.b)
+            lines.append(f"  guard i in range({gl.trips}): {a} {gl.cmp} {b} is {gl.expected}")
         lines.append("  out " + ", ".join(self._ref(r) for r in self.outputs))
         return "\n".join(lines)
 
@@ -471,8 +563,10 @@ def build(
     checks: dict[tuple, str] = {}
     for g in outer_guards:
         checks.setdefault((g.cmp, ref(g.a), ref(g.b), g.expected), g.where)
-    guards, where = list(checks), list(checks.values())
-    return Program(params, items, [ref(o) for o in tape.outputs], guards, name, where)
+    # and a chain of them (``max(x[i], 0.0)`` for each i) as loops
+    guards, where, guard_loops = fold_guards(checks)
+    outputs = [ref(o) for o in tape.outputs]
+    return Program(params, items, outputs, guards, name, where, guard_loops)
 
 
 def _loop(tape: Tape, s: Segment, ref, is_const: np.ndarray, guards_at: dict) -> Loop:
@@ -715,6 +809,8 @@ def _unify(objs: list, ks: list[int]):  # noqa: ANN202 (any part of a program)
             _unify([o.outputs for o in objs], ks),
             _unify([o.guards for o in objs], ks),
             first.name,
+            list(first.guard_where),
+            _unify([o.guard_loops for o in objs], ks),
         )
     if t is Affine:
         c0 = _unify([o.c0 for o in objs], ks)
@@ -722,7 +818,7 @@ def _unify(objs: list, ks: list[int]):  # noqa: ANN202 (any part of a program)
         if isinstance(c1, Lin):
             raise _NotOne  # a stride that depends on n
         return Affine(c0, c1)
-    if t in (Arg, At, Lit, Column, Prev, Param):
+    if t in (Arg, At, Lit, Column, Prev, Param, GuardLoop):
         names = list(first.__dataclass_fields__)
         return t(*[_unify([getattr(o, f) for o in objs], ks) for f in names])
     if all(o is first for o in objs):  # an Op

@@ -75,7 +75,10 @@ class Layout:
         reads: list[Read] = [program.outputs[q] for q in outs]
         for u in us:
             reads += [r.init if type(r) is Prev else r for r in u.reads]
-        for r in reads:
+        # what the guards outside loops read is stored too (they have no adjoints)
+        checked = [r for g in program.guards for r in g[1:3]]
+        checked += [r for gl in program.guard_loops for r in (gl.a, gl.b)]
+        for r in reads + checked:
             if type(r) is not At:
                 continue
             item = program.items[r.item]
@@ -111,7 +114,9 @@ class Layout:
         self.awidth: list[int] = []
         for u in us:
             aligned = all(
-                r.index.c1 % u.size == 0 for r in reads if type(r) is At and r.item == u.item
+                r.index.c1 % u.size == 0
+                for r in reads + checked
+                if type(r) is At and r.item == u.item
             )
             if u.loop and aligned:
                 got = sorted({r.index.c0 % u.size for r in incoming[u.item]})

@@ -122,9 +122,19 @@ def loop_source(
         f"loops whose body is written once"
         + (", and differentiated as loops, each adjoint loop written once" if gp else "")
         + f": the source has {code.statements} statements instead of {tape.n_ops} "
-        "(the operations of the tape, before differentiating)."
+        "(the operations of the tape, before differentiating)." + _guard_note(program)
     )
     return _source(program, gp, code, explanation, timings)
+
+
+def _guard_note(program: Program) -> str:
+    """`` 499 guards are checked in 1 loop.`` where guards outside loops fold into
+    loops of their own (``loopir.GuardLoop``), or ""."""
+    gls = program.guard_loops
+    if not gls:
+        return ""
+    k = sum(gl.trips for gl in gls)
+    return f" {k} guards are checked in {len(gls)} loop{'s' if len(gls) != 1 else ''}."
 
 
 #: The batch lengths a loss is traced at for batch-generic code (three, so that
