@@ -219,6 +219,21 @@ _GUARD = re.compile(r"^(\s*)if (.*):  # guard: (.*) was (True|False)(?: at (.*))
 _CALL = re.compile(r"^(\s*)if not (\w+\(.*\)):$")
 
 
+_FOR = re.compile(r"^(\s*)for (\w+) in range\((\d+)\):$")
+
+
+def _at(text: str, var: str, r: int) -> str:
+    """``text`` with each index that reads ``var`` evaluated at ``var = r``
+    (``x[1 + i]`` at 6: ``x[7]``)."""
+
+    def sub(m: re.Match) -> str:
+        if not re.search(rf"\b{var}\b", m[1]):
+            return m[0]
+        return f"[{eval(m[1], {'__builtins__': {}}, {var: r})}]"  # (ints, + and *)
+
+    return re.sub(r"\[([^\[\]]*)\]", sub, text)
+
+
 def with_status(source: str) -> tuple[str, list[str]]:
     """Generated Python source (``return True`` / ``return False``) rewritten to
     return 0, or guard ``k``'s number where it fails; a failure passed up from a
@@ -232,6 +247,15 @@ def with_status(source: str) -> tuple[str, list[str]]:
         line = lines[k]
         nxt = lines[k + 1].strip() if k + 1 < len(lines) else ""
         g, c = _GUARD.match(line), _CALL.match(line)
+        loop = _FOR.match(out[-1]) if g and out else None
+        if g and nxt == "return False" and loop and re.search(rf"\b{loop[2]}\b", g[3]):
+            # a loop of guards (loopir.GuardLoop): one number, and one message, per element
+            var, first = loop[2], len(messages) + 1
+            for r in range(int(loop[3])):
+                messages.append(_message(_at(g[3], var, r), (g[4] == "True", g[5] or "")))
+            out += [line, lines[k + 1].replace("return False", f"return {first} + {var}")]
+            k += 2
+            continue
         if g and nxt == "return False":
             messages.append(_message(g[3], (g[4] == "True", g[5] or "")))
             out += [line, lines[k + 1].replace("return False", f"return {len(messages)}")]
