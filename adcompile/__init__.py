@@ -31,7 +31,7 @@ globals().update(FUNCTIONS)
 
 __version__ = "0.1.0"
 
-_FROM_JIT = ("CacheWarning", "CompileError", "cache_dir", "clear_cache")
+_FROM_JIT = ("CacheDirError", "CacheWarning", "CompileError", "cache_dir", "clear_cache")
 _FROM_SYMPY = ("to_sympy", "from_sympy", "sympy_value_and_grad")
 
 
@@ -71,6 +71,7 @@ __all__ = [
     "NonFiniteError",
     "debug_nans",
     "no_grad",
+    "CacheDirError",
     "CacheWarning",
     "CompileError",
     "cache_dir",

@@ -531,6 +531,8 @@ class Transformed:
         self.debug_nans = debug_nans
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         self._lock = threading.Lock()
+        self._heating: threading.Thread | None = None  # a direct entry being compiled
+        self._heat_error: Exception | None = None  # what failed there (strict mode)
         # code generic in the batch length, per argument structure (None: not possible)
         self._batches: dict[tuple, Any] = {}
         # what fun reads from outside its arguments (found on the first call)
@@ -626,24 +628,29 @@ class Transformed:
         plan = arguments.plan(self._name, args, names, static)
         if not static and all(t == arguments.LEAF for t in plan.trees):
             return None, plan, wrt
-        variant = self._variants.get(plan.signature)
-        if variant is None:
-            leaf_wrt = plan.leaf_argnums(wrt)
-            if self.mode != "jit" and not leaf_wrt:
-                raise ValueError(
-                    f"the differentiated arguments of {self._name}() hold no numbers "
-                    "(empty tuples, lists or dicts)"
-                )
-            variant = Transformed(
-                arguments.call_on_leaves(self.fun, plan),
-                leaf_wrt if self.mode != "jit" else None,
-                self.mode,
-                self.debug_nans,
-            )
-            variant._name, variant._namefun = self._name, self._namefun
-            variant._argnames = [name for name in plan.names]
-            self._variants[plan.signature] = variant
+        with self._lock:  # (threads calling at once make one variant)
+            variant = self._variants.get(plan.signature)
+            if variant is None:
+                variant = self._variants[plan.signature] = self._leaf_variant(plan, wrt)
         return variant, plan, wrt
+
+    def _leaf_variant(self, plan: arguments.Plan, wrt: list[int]) -> Transformed:
+        """The transform of ``fun`` over the leaves of calls planned as ``plan``."""
+        leaf_wrt = plan.leaf_argnums(wrt)
+        if self.mode != "jit" and not leaf_wrt:
+            raise ValueError(
+                f"the differentiated arguments of {self._name}() hold no numbers "
+                "(empty tuples, lists or dicts)"
+            )
+        variant = Transformed(
+            arguments.call_on_leaves(self.fun, plan),
+            leaf_wrt if self.mode != "jit" else None,
+            self.mode,
+            self.debug_nans,
+        )
+        variant._name, variant._namefun = self._name, self._namefun
+        variant._argnames = list(plan.names)
+        return variant
 
     def _adopting(self, call: Callable[[], Any]) -> Any:
         """``call()``, again after each trace that found Values made outside ``fun``
@@ -709,17 +716,21 @@ class Transformed:
                     spec = self._specialise(key, args)
                     spec.call(*flat)
                 self._raise_nonfinite(spec, flat, args)
-        elif not self._caps.hidden:
+        else:
             if spec.entry is None:
                 hot = None
                 if entries.hot_ready(spec, key):
                     ref, held = weakref.ref(self), weakref.ref(spec)  # (no cycles)
                     hot = lambda: ref()._heat(held(), key)  # noqa: E731
-                spec.entry = entries.entry(spec, key, self._slow, hot, self._watch_check())
+                spec.entry = entries.entry(
+                    spec, key, self._slow, hot, self._watch_check(), self._hidden_reader()
+                )
             self._install(spec.entry)
-        else:
-            self._install(None)
         return spec.unpack(out)
+
+    def _hidden_reader(self) -> list[Callable[[], Any]]:
+        """What reads each hidden input's value, for entries."""
+        return [h.read for h in self._caps.hidden]
 
     def _watch_check(self) -> Callable[[], int] | None:
         """The check of the values ``fun`` reads from outside, for entries (or None)."""
@@ -727,13 +738,49 @@ class Transformed:
         return caps.checker.changed if caps.watched and caps.checker is not None else None
 
     def _heat(self, spec: Specialisation, key: tuple) -> None:
-        """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry."""
+        """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry,
+        compiled in a thread of its own (``entries.BACKGROUND``): the calls go on
+        by the entry they have until it is ready."""
+        if not entries.BACKGROUND:
+            self._heat_now(spec, key)
+            return
+        thread = threading.Thread(
+            target=self._heat_now, args=(spec, key, True), name=f"adcompile: {self._name} entry"
+        )
+        self._heating = thread
+        thread.start()
+
+    def wait_for_entries(self, timeout: float | None = None) -> None:
+        """Wait until the direct entries being compiled in the background are ready
+        (with ``ADCOMPILE_STRICT=1``, raise what failed there)."""
+        for t in (self, *self._variants.values()):
+            thread = t._heating
+            if thread is not None:
+                thread.join(timeout)
+            error, t._heat_error = t._heat_error, None
+            if error is not None:
+                raise error
+
+    def _heat_now(self, spec: Specialisation, key: tuple, background: bool = False) -> None:
+        try:
+            self._heat_once(spec, key)
+        except Exception as e:  # (strict mode: raised by wait_for_entries)
+            if not background:
+                raise
+            self._heat_error = e
+
+    def _heat_once(self, spec: Specialisation, key: tuple) -> None:
         clock = time.perf_counter()
         try:
             if not entries.worth_it(spec, key):  # its calls take long enough as they are
                 return
             entry = entries.direct_entry(
-                spec, key, self._slow, self._fname_doc()[0], self._watch_check()
+                spec,
+                key,
+                self._slow,
+                self._fname_doc()[0],
+                self._watch_check(),
+                self._hidden_reader(),
             )
         except Exception as e:  # a bug in adcompile: the entry it has keeps working
             if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
@@ -744,10 +791,11 @@ class Transformed:
                 stacklevel=_user_stacklevel(),
             )
             return
-        spec.entry = entry
-        spec.direct = time.perf_counter() - clock
-        if self._last is spec:
-            self._install(entry)
+        with self._lock:  # (a retrace meanwhile may have dropped spec)
+            spec.entry = entry
+            spec.direct = time.perf_counter() - clock
+            if self._last is spec and spec in self._specs.get(key, ()):
+                self._install(entry)
         if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
             print(
                 f"adcompile: compiled a direct entry of {self._fname_doc()[0]} in "
@@ -779,9 +827,10 @@ class Transformed:
                     ) from None
                 static.append((k, v))
         signature = (tuple(dynamic), tuple(static))
-        variant = self._variants.get(signature)
-        if variant is None:
-            variant = self._variants[signature] = self._variant(dynamic, dict(static))
+        with self._lock:  # (threads calling at once make one variant)
+            variant = self._variants.get(signature)
+            if variant is None:
+                variant = self._variants[signature] = self._variant(dynamic, dict(static))
         return variant(*args, *[kwargs[k] for k in dynamic])
 
     def _variant(self, dynamic: list[str], static: dict[str, Any]) -> Transformed:
@@ -891,7 +940,15 @@ class Transformed:
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
         one (or can be), else trace ``f`` again and compile."""
-        with self._lock, _Announce(self._fname_doc()[0]) as announce:
+        with self._lock:
+            for spec in self._specs.get(key, ()):  # another thread compiled it meanwhile
+                ok, out = spec.call(*flat)
+                if ok:
+                    return spec, out
+            return self._miss_locked(key, args, flat)
+
+    def _miss_locked(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
+        with _Announce(self._fname_doc()[0]) as announce:
             reason = self._reason = self._why(key, flat)
             clock = time.perf_counter()
             self._stages = {}
@@ -1217,13 +1274,47 @@ class Transformed:
         self._count_trace()
         if tape.tree is not None:  # jit of a function returning several numbers
             params = self._params(self._names(len(args)), key)
-            from .jit import Compiled
 
-            compiled = Compiled(tape, params, *self._fname_doc())
+            def build_tree() -> Any:
+                from .jit import Compiled
+
+                return Compiled(tape, params, *self._fname_doc())
+
+            compiled = self._shared(tape, ("tree", params), build_tree)
             spec = Specialisation(tape, compiled, [], "jit", False, OutLayout.of_tree(tape.tree))
             return self._keep(key, spec)
         layout, positions = self._layout(key)
         params = self._params(self._names(len(args)), key)
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        context = ("jit" if wrt is None else "vjp", params, positions, wrt)
+        compiled = self._shared(tape, context, lambda: self._build(tape, key, params, positions))
+        spec = Specialisation(tape, compiled, layout, self.mode, self._many)
+        return self._keep(key, spec)
+
+    def _shared(self, tape: Tape, context: tuple, build: Callable[[], Any]) -> Any:
+        """The compiled code of ``tape`` (in ``context``: parameters, what is
+        differentiated): made by ``build()``, or the code an earlier trace of the same
+        tape made, in this transform or another of the same function (``grad`` then
+        ``value_and_grad`` of one function compile once). The code depends only on
+        the tape and the context (and the compile settings, counted too)."""
+        from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, shared_code  # (values now)
+
+        clock = time.perf_counter()
+        settings = (
+            id(self._namefun),  # shared between transforms of one function
+            STRAIGHT_LINE_LIMIT,
+            FOLD_MIN_SLOTS,
+            LOOP_IR,
+        )
+        digest, ops = tape.digest(repr((context, settings)))
+        compiled, hit = shared_code(digest, ops, len(tape), build)
+        if hit:
+            self._stages["code shared with an earlier trace"] = time.perf_counter() - clock
+        return compiled
+
+    def _build(self, tape: Tape, key: tuple, params: list[Param], positions: list[int]) -> Any:
+        """Compiled code of ``tape``: folded into loops, or straight-line (or the
+        interpreter, for what neither fits)."""
         fname, doc = self._fname_doc()
         from .jit import Compiled  # Numba is imported on first compile, not with adcompile
 
@@ -1253,8 +1344,7 @@ class Transformed:
             clock = time.perf_counter()
             compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
             self._stages["generate and compile"] = time.perf_counter() - clock
-        spec = Specialisation(tape, compiled, layout, self.mode, self._many)
-        return self._keep(key, spec)
+        return compiled
 
     def _keep(self, key: tuple, spec: Specialisation) -> Specialisation:
         """Keep ``spec`` first among the specialisations of ``key``."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,6 +31,9 @@ Specialisation = Any  # api.Specialisation (api imports this module, not the rev
 #: direct entry (``direct_entry``): compiled once more, in about 0.1-0.3 s, so
 #: that a hot call skips most of the Python around the Numba call.
 HOT_CALLS = 100
+#: Direct entries compile in a thread of their own, while calls go on (False:
+#: in the call that made the transform hot).
+BACKGROUND = True
 #: Straight-line code gets one if its tape has at most this many slots (larger
 #: code runs long enough that the Python around the call matters little, and
 #: compiles for longer).
@@ -48,6 +51,7 @@ def entry(
     slow: Callable,
     hot: Callable | None,
     check: Callable[[], int] | None = None,
+    hidden: Sequence[Callable[[], Any]] = (),
 ) -> Callable:
     """The call of a transform whose arguments fit ``spec`` (arguments of ``key``'s
     shapes), installed as its ``__call__``: a few ``type`` and ``shape``
@@ -55,10 +59,10 @@ def entry(
     arguments, keywords, a failed guard, a ``no_grad`` or ``debug_nans`` block,
     ``check()`` other than -1: a value read from outside the arguments changed)
     goes to ``slow(args, kwargs)``, the general path. ``hot()`` is called once,
-    after ``HOT_CALLS`` calls.
+    after ``HOT_CALLS`` calls. ``hidden`` read, one each, the values ``f`` reads
+    from outside its arguments that are inputs (the last of ``key``).
     """
-    names = [f"a{k}" for k in range(len(key))]
-    lines = entry_head(names) + watched_lines(names, check)
+    names, visible, lines = entry_start(key, check, hidden)
     flat = []
     for name, shape in zip(names, key):
         if shape is None:
@@ -72,7 +76,7 @@ def entry(
                 f"    if type({name}) is not ndarray or {name}.dtype is not F64 "
                 f"or {name}.shape != {shape!r}{strided}:"
             )
-        lines.append(f"        {to_general(names)}")
+        lines.append(f"        {to_general(visible)}")
         flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
     compiled = spec.compiled
     folded = getattr(compiled, "folded", None)
@@ -84,13 +88,13 @@ def entry(
         direct = folded.fn
         lines.append("    work = getattr(local, 'work', None)")
         lines.append("    if work is None:")
-        lines.append(f"        {to_general(names)}")
+        lines.append(f"        {to_general(visible)}")
         lines.append(f"    out = empty({compiled.n_out})")
         lines.append(f"    if not fn({', '.join([*flat, 'work', 'columns', 'out'])}):")
     else:
         lines.append(f"    ok, out = call({', '.join(flat)})")
         lines.append("    if not ok:")
-    lines.append(f"        {to_general(names)}")
+    lines.append(f"        {to_general(visible)}")
     if hot is not None:
         lines += ["    calls[0] += 1", f"    if calls[0] == {HOT_CALLS}:", "        hot()"]
     lines.append(f"    return {result_text(spec.out)}")
@@ -98,8 +102,34 @@ def entry(
     ns.update(fn=native(direct), call=spec.call, hot=hot, calls=[0], check=check)
     if folded is not None:
         ns.update(local=folded.local, columns=folded.columns)
+    ns.update(readers(hidden))
     exec(compile("\n".join(lines), f"<adcompile entry of {compiled.kind} code>", "exec"), ns)
     return ns["entry"]
+
+
+def entry_start(
+    key: tuple, check: Callable[[], int] | None, hidden: Sequence[Callable[[], Any]]
+) -> tuple[list[str], list[str], list[str]]:
+    """An entry's names (one per part of ``key``), the names of the arguments it
+    takes (without the hidden inputs, which ``hidden`` read: ``r0()`` ...), and
+    its first lines."""
+    visible = [f"a{k}" for k in range(len(key) - len(hidden))]
+    inputs = [f"h{k}" for k in range(len(hidden))]
+    lines = entry_head(visible) + watched_lines(visible, check)
+    if inputs:
+        lines.append("    try:")
+        for k, (h, shape) in enumerate(zip(inputs, key[len(visible) :])):
+            lines.append(f"        {h} = r{k}()" if shape else f"        {h} = float(r{k}())")
+        lines += [
+            "    except Exception:  # (the general path says what is wrong)",
+            f"        {to_general(visible)}",
+        ]
+    return visible + inputs, visible, lines
+
+
+def readers(hidden: Sequence[Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
+    """The names an entry reads the hidden inputs by (``entry_start``)."""
+    return {f"r{k}": read for k, read in enumerate(hidden)}
 
 
 def watched_lines(names: list[str], check: Callable[[], int] | None) -> list[str]:
@@ -172,14 +202,16 @@ def hot_ready(spec: Specialisation, key: tuple) -> bool:
 
 def worth_it(spec: Specialisation, key: tuple) -> bool:
     """Whether a call of ``spec``'s compiled code is short enough (under
-    ``HOT_MAX_SECONDS``, timed on zeros) that a direct entry would matter."""
+    ``HOT_MAX_SECONDS``, timed on zeros, the fastest of three: another thread
+    holding the interpreter can only make one slower) that a direct entry would
+    matter."""
     args = [0.0 if shape is None else np.zeros(shape) for shape in key]
     times = []
     for _ in range(3):
         clock = time.perf_counter()
         spec.call(*args)
         times.append(time.perf_counter() - clock)
-    return sorted(times)[1] <= HOT_MAX_SECONDS
+    return min(times) <= HOT_MAX_SECONDS
 
 
 def direct_entry(
@@ -188,6 +220,7 @@ def direct_entry(
     slow: Callable,
     fname: str,
     check: Callable[[], int] | None = None,
+    hidden: Sequence[Callable[[], Any]] = (),
 ) -> Callable:
     """The entry of a hot specialisation (see ``entry``), called through Numba's
     dispatcher, whose type checks in C replace most of the entry's (a call it
@@ -260,8 +293,7 @@ def direct_entry(
             return returned[k]
         return given[k] if len(shape) == 1 else f"{given[k]}.reshape({shape!r})"
 
-    names = [f"a{k}" for k in range(len(key))]
-    lines = entry_head(names) + watched_lines(names, check)
+    names, visible, lines = entry_start(key, check, hidden)
     lines += [f"    {given[k]} = empty({sizes[k]})" for k in arrays]
     if scratch:  # this thread's scratch space
         lines += [
@@ -280,17 +312,17 @@ def direct_entry(
     ]
     lines.append("    try:")
     if checks:
-        lines += [f"        if {' or '.join(checks)}:", f"            {to_general(names)}"]
+        lines += [f"        if {' or '.join(checks)}:", f"            {to_general(visible)}"]
     lines += [
         f"        r = fn({', '.join(called)})",
         "    except Exception:  # other types than compiled for (Numba's errors included)",
-        f"        {to_general(names)}",
+        f"        {to_general(visible)}",
         "    if r is None:  # another length, or a failed guard",
-        f"        {to_general(names)}",
+        f"        {to_general(visible)}",
         f"    return {'r' if whole else result_text(spec.out, part)}",
     ]
     ns = entry_names(slow)
-    ns.update(fn=fn, local=threading.local(), check=check)
+    ns.update(fn=fn, local=threading.local(), check=check, **readers(hidden))
     exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
     return ns["entry"]
 

@@ -26,6 +26,7 @@ def explain(fn: Any) -> str:
             f"explain() takes a compiled transform (ad.grad(f), ad.jit(f), ad.jacobian(f) "
             f"...), not {type(fn).__name__!r}"
         )
+    fn.wait_for_entries()  # (a direct entry compiling in the background: its outcome)
     name, events = fn.compiled_name, fn.events
     traced = sum(e.traced for e in events)
     head = f"{name} ({fn.mode} of {fn.fun_name}): {traced} trace{'s' * (traced != 1)} and compile"

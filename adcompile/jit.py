@@ -20,6 +20,7 @@ import textwrap
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -443,6 +444,46 @@ def compile_folded(
     return FoldedFunction(tape, params, fname, doc)
 
 
+#: Compiled code by the digest of the tape it was made from (``Tape.digest``, with
+#: what else the code depends on), for every transform of this process: a trace
+#: that gives a tape seen before reuses its code. The most recent ``SHARED_CODES``
+#: are kept, of tapes of ``SHARED_MAX_SLOTS`` slots in all.
+_shared: OrderedDict[str, tuple[Any, list, int]] = OrderedDict()
+_shared_slots = 0
+SHARED_CODES = 256
+SHARED_MAX_SLOTS = 2_000_000
+
+
+def shared_code(
+    digest: str, ops: list, size: int, build: Callable[[], Any]
+) -> tuple[Any, bool]:
+    """The compiled code kept for ``digest`` (and True), or ``build()``'s, then kept
+    (and False). ``ops`` are the tape's ops (kept alive with it: an op is told
+    apart by identity too), ``size`` its slots."""
+    global _shared_slots
+    key = digest + repr(sorted((op.name, id(op)) for op in ops))
+    with _lock:
+        hit = _shared.get(key)
+        if hit is not None:
+            _shared.move_to_end(key)
+            return hit[0], True
+    compiled = build()
+    with _lock:
+        _shared[key] = (compiled, ops, size)
+        _shared_slots += size
+        while len(_shared) > SHARED_CODES or _shared_slots > SHARED_MAX_SLOTS:
+            _shared_slots -= _shared.popitem(last=False)[1][2]
+    return compiled, False
+
+
+def forget_shared_code() -> None:
+    """Forget the compiled code kept for later traces of the same tapes."""
+    global _shared_slots
+    with _lock:
+        _shared.clear()
+        _shared_slots = 0
+
+
 def clear_cache() -> int:
     """Delete every file in the cache directory; how many were deleted.
 
@@ -450,6 +491,7 @@ def clear_cache() -> int:
     fix when it cannot be used, or a file in it cannot be deleted. The code
     compiled in this process is forgotten either way.
     """
+    forget_shared_code()
     with _lock:
         _modules.clear()
         _interpreters.clear()

@@ -9,8 +9,12 @@ adjoint as a new tape with the very same loop).
 
 from __future__ import annotations
 
+import hashlib
 import operator
+from array import array
 from collections.abc import Callable, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from .ops import Op
@@ -19,6 +23,10 @@ from .ops import Op
 # holds its float in ``Node.value``.
 INPUT = "input"
 CONST = "const"
+
+
+def _op_name(op: Op | str) -> str:
+    return op.name if isinstance(op, Op) else f"<{op}>"
 
 
 class Node(NamedTuple):
@@ -129,6 +137,36 @@ class Tape:
             raise TypeError(f"this tape takes {len(self.inputs)} inputs, got {len(args)}")
         vals = forward_sweep(self, [float(a) for a in args])
         return [vals[o] for o in self.outputs]
+
+    def digest(self, *context: Any) -> tuple[str, list[Op]]:
+        """A hash of what code made from this tape depends on: every node (op,
+        operand slots, a constant's exact value), inputs, outputs, guards and the
+        output tree, with ``context`` (what else the code depends on). Two tapes
+        with one digest give the same code; the user's line names do not count.
+
+        Ops count by name here (the same in every process); the ops are returned,
+        for a caller that must tell apart two ops of one name (one defined again).
+        Linear in the tape, in C loops (about 0.1 s for 300,000 slots)."""
+        import numpy as np
+
+        nodes = self.nodes
+        ops = list(map(itemgetter(0), nodes))
+        args = list(map(itemgetter(1), nodes))
+        ids = np.frombuffer(array("q", map(id, ops)), dtype=np.int64)
+        distinct, codes = np.unique(ids, return_inverse=True)
+        by_id = {id(op): op for op in (ops[k] for k in np.unique(codes, return_index=True)[1])}
+        names = [_op_name(by_id[int(i)]) for i in distinct]
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+        h = hashlib.blake2b(digest_size=20)
+        h.update(repr(sorted(names)).encode())
+        h.update(rank[codes].astype(np.int64).tobytes())
+        h.update(array("q", map(len, args)).tobytes())
+        h.update(array("q", chain.from_iterable(args)).tobytes())
+        h.update(array("d", map(itemgetter(2), nodes)).tobytes())
+        tail = (self.inputs, self.outputs, [tuple(g[:4]) for g in self.guards], self.tree)
+        h.update(repr((tail, self.hoisted, context)).encode())
+        return h.hexdigest(), [op for op in by_id.values() if isinstance(op, Op)]
 
     # SymPy is imported on use, so that importing the tape never pulls it in.
 

@@ -13,6 +13,19 @@ from scipy.special import expit
 # with a warning as it does for users.
 os.environ.setdefault("ADCOMPILE_STRICT", "1")
 
+@pytest.fixture(autouse=True)
+def _no_code_shared_between_tests():
+    """Each test compiles its own code: code kept for later traces of the same tape
+    (``jit.shared_code``) would hide, from a test that patches the compiler, the
+    compile it tests. tests/test_first_calls.py tests the sharing itself."""
+    import sys
+
+    jit = sys.modules.get("adcompile.jit")
+    if jit is not None:
+        jit.forget_shared_code()
+    yield
+
+
 # Tests left out of check mode (ADCOMPILE_CHECK=1, which .ci/run sets for its second
 # run of the suite: every call of a transform also calls f eagerly), and why: those
 # that watch f's calls, and three that would take minutes there.

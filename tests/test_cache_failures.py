@@ -26,15 +26,12 @@ from numba.extending import overload
 import adcompile as ad
 
 jit_mod = importlib.import_module("adcompile.jit")
-api_mod = importlib.import_module("adcompile.api")
 
 
 def _forget_compiled_code() -> None:
     """Forget the code compiled in this process, so that the next compile goes to disk."""
     jit_mod._modules.clear()
-    forget = getattr(api_mod, "forget_shared_code", None)  # code shared between traces
-    if forget is not None:
-        forget()
+    jit_mod.forget_shared_code()  # code shared between traces of one tape
 
 
 @pytest.fixture

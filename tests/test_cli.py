@@ -198,9 +198,7 @@ def test_demo_with_a_bad_cache_directory_says_so_in_one_line_and_trains(
     monkeypatch.setattr(jit, "_modules", {})
     monkeypatch.setattr(jit, "_disk_off", {})
     monkeypatch.setattr(jit, "_warned", set())
-    forget = getattr(importlib.import_module("adcompile.api"), "forget_shared_code", None)
-    if forget is not None:  # (the demo's code, if an earlier test compiled it)
-        forget()
+    jit.forget_shared_code()  # (the demo's code, if an earlier test compiled it)
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
     assert cli.main(["demo", "--points", "20", "--steps", "3", "--out", ""]) == 0

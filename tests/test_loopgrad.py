@@ -9,6 +9,8 @@ tape, against hand-derived gradients and against finite differences.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, note, settings
@@ -676,5 +678,7 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
         value, g = vg(x)
     np.testing.assert_allclose(g, rosen_grad(x), rtol=1e-12)
     monkeypatch.setenv("ADCOMPILE_STRICT", "1")  # the test suite sees the bug itself
+    # (else the same tape reuses the code compiled above)
+    importlib.import_module("adcompile.jit").forget_shared_code()
     with pytest.raises(KeyError, match="a bug"):
         ad.value_and_grad(rosen)(x)

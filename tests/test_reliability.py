@@ -60,9 +60,7 @@ def test_debug_nans_compiled_primal_and_adjoint():
 def _forget_compiled_code() -> None:
     """Forget the code compiled in this process, so that the next compile goes to disk."""
     jit_mod._modules.clear()
-    forget = getattr(importlib.import_module("adcompile.api"), "forget_shared_code", None)
-    if forget is not None:  # code shared between traces of the same tape
-        forget()
+    jit_mod.forget_shared_code()  # code shared between traces of the same tape
 
 
 @pytest.fixture
