@@ -240,9 +240,12 @@ def _report(
         print(f"adcompile check: {str(e).splitlines()[0]}", file=sys.stderr)
         return 1
     print(report)
-    for w in caught:  # the check's own warning, not NumPy's on the way
-        if str(w.message).startswith(("check_grad(", "check_jacobian(")):
-            print(f"adcompile check: warning: {w.message}", file=sys.stderr)
+    for w in caught:  # the check's own warnings and adcompile's (a cache it cannot
+        text = str(w.message)  # use), not NumPy's on the way
+        if text.startswith(("check_grad(", "check_jacobian(")):
+            print(f"adcompile check: warning: {text}", file=sys.stderr)
+        elif text.startswith("adcompile: "):
+            print(f"adcompile: warning: {text[len('adcompile: ') :]}", file=sys.stderr)
     return 0
 
 

@@ -242,3 +242,22 @@ def test_check_hessian_catches_a_wrong_second_derivative(capsys, bad_second):
     assert len(err.splitlines()) == 1
     assert err.startswith("adcompile check: jacobian check failed for hessian d2 f / d x d x")
     assert f"sympy={-2 * math.sin(0.5)!r}"[:20] in err  # the true f_xx = -y sin x
+
+
+def test_check_says_once_that_the_cache_cannot_be_used(tmp_path, monkeypatch, capsys):
+    """adcompile's own warnings (here: a cache directory that is a file) reach stderr
+    as one line; the check still runs, compiled in memory."""
+    import importlib
+
+    jit = importlib.import_module("adcompile.jit")
+    monkeypatch.setattr(jit, "_modules", {})
+    monkeypatch.setattr(jit, "_disk_off", {})
+    monkeypatch.setattr(jit, "_warned", set())
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
+    assert run("check", "sin(x) * y + x ** 3", "--at", "x=0.31,y=2") == 0
+    out, err = capsys.readouterr()
+    assert "OK" in out
+    lines = [line for line in err.splitlines() if "cache directory" in line]
+    assert len(lines) == 1 and lines[0].startswith("adcompile: warning: ")
+    assert "is a file" in lines[0] and "in memory" in lines[0]
