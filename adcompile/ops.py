@@ -18,6 +18,7 @@ This module imports nothing of ours.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class Op:
     jvp: tuple[Callable | None, ...] = field(default=(), compare=False)
     # the C99 template (``<math.h>`` only); None: derived from ``code`` (c_template)
     c: str | None = field(default=None, compare=False)
+    # a non-smooth op's kinks and jumps: (*operands) -> float, 0.0 on one and of opposite
+    # signs on either side of each; None: the operand (one argument) or a - b (two)
+    kink: Callable[..., float] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.c is None:
@@ -66,6 +70,16 @@ class Op:
         if self.jvp:
             return self.jvp[k]
         return self.vjp[k]
+
+    def switch(self, *xs: float) -> float:
+        """Where the operands ``xs`` lie relative to this op's kinks and jumps: 0.0 on
+        one, and a sign that changes across each one (finite differences whose
+        stencil sees two signs cross one). Smooth ops have none: 1.0."""
+        if self.smooth:
+            return 1.0
+        if self.kink is not None:
+            return self.kink(*xs)
+        return xs[0] if len(xs) == 1 else xs[0] - xs[1]
 
     def __repr__(self) -> str:
         return f"Op({self.name!r})"
@@ -219,6 +233,44 @@ def _minimum(a: float, b: float) -> float:
     return a if a <= b else b
 
 
+#: 2**52: every float of at least this magnitude is an integer (or inf).
+_BIG = 4503599627370496.0
+
+
+def _rounding(to_int: Callable[[float], int], name: str) -> Callable[[float], float]:
+    """NumPy's rounding ufunc ``name`` on a float, from Python's ``to_int`` (``math.floor``,
+    ``round`` ...), which answers an int and raises on inf and nan: a float, with the
+    sign of a zero kept (``ceil(-0.5)`` is ``-0.0``), inf and nan as they are."""
+
+    def f(x: float) -> float:
+        if abs(x) < _BIG:
+            return math.copysign(float(to_int(x)), x)
+        return x  # an integer already, inf or nan
+
+    f.__name__ = name
+    return f
+
+
+def _integer_crossing(x: float) -> float:
+    """0.0 where ``x`` is an integer, with a sign that changes across each integer and
+    nowhere else: ``(x - n) * (-1)**n``, ``n`` the nearest integer (the sign of
+    ``sin(pi x)``, computed exactly). The kinks of ops that jump at integers."""
+    if not abs(x) < _BIG:
+        return x * 0.0  # every float this large is an integer (nan stays nan)
+    n = round(x)
+    return (x - n) * (-1.0 if n % 2 else 1.0)
+
+
+def _half_crossing(x: float) -> float:
+    """``_integer_crossing`` for jumps at half-integers (where ``rint`` jumps)."""
+    return _integer_crossing(x - 0.5)
+
+
+def _quotient_crossing(a: float, b: float) -> float:
+    """``_integer_crossing`` of ``a / b``: where ``a // b`` and ``a % b`` jump."""
+    return _integer_crossing(_div(a, b))
+
+
 _add = float.__add__
 _sub = float.__sub__
 _mul = float.__mul__
@@ -237,6 +289,12 @@ _asin = _numpy_fallback(math.asin, np.arcsin)
 _acos = _numpy_fallback(math.acos, np.arccos)
 _sinh = _numpy_fallback(math.sinh, np.sinh)
 _cosh = _numpy_fallback(math.cosh, np.cosh)
+_floor = _rounding(math.floor, "floor")
+_ceil = _rounding(math.ceil, "ceil")
+_trunc = _rounding(math.trunc, "trunc")
+_rint = _rounding(round, "rint")  # Python's round: halves to even, as np.rint
+_floor_divide = _numpy_fallback(operator.floordiv, np.floor_divide)
+_remainder = _numpy_fallback(operator.mod, np.remainder)  # the divisor's sign, as Python
 
 
 # ---------------------------------------------------------------- the table
@@ -308,12 +366,21 @@ defop(
     symbol="/",
 )
 defop("neg", 1, _neg, "(-{0})", (lambda g, out, a: -g,), lambda sp, a: -a)
+# pow at 0, as JAX and PyTorch: d/dy x**y is 0 where x == 0 and y >= 0 (0**y is 0 for
+# y > 0, 1 at y == 0), the limit of x**y log(x), not 0 * log(0) = nan; log's argument is
+# replaced by 1 there (JAX's _replace_zero). d/dx x**y is 0 where y == 0 (x**0 is 1 for
+# every x), not 0 * 0**-1 = nan: the exponent y - 1 is replaced by 0 there (PyTorch's
+# mask; JAX answers nan at x = y = 0). Where x == 0 and y < 0, 0**y is inf and d/dy is
+# nan, as in JAX (PyTorch says -inf). ``nonzero(t)`` is 1.0 where t != 0, else 0.0.
 defop(
     "pow",
     2,
     _pow,
     "({0} ** {1})",
-    (lambda g, out, a, b: g * b * pow(a, b - 1.0), lambda g, out, a, b: g * out * log(a)),
+    (
+        lambda g, out, a, b: g * b * pow(a, b - nonzero(b)),  # exponent b - 1, or 0 at b == 0
+        lambda g, out, a, b: g * out * log(a + (1.0 - nonzero(a))),  # log(a), or log(1)
+    ),
     lambda sp, a, b: a**b,
     domain=(0.5, 2.0),
     symbol="**",
@@ -335,7 +402,8 @@ defop(
     1,
     _expm1,
     "math.expm1({0})",
-    (lambda g, out, a: g * (out + 1.0),),
+    # exp(a), not JAX's and PyTorch's out + 1, which rounds to 0 below a = -37
+    (lambda g, out, a: g * exp(a),),
     lambda sp, a: sp.exp(a) - 1,
 )
 defop(
@@ -373,7 +441,8 @@ defop(
     1,
     _asin,
     "math.asin({0})",
-    (lambda g, out, a: div(g, sqrt(1.0 - a * a)),),
+    # (1 - a)(1 + a), not 1 - a*a: accurate near |a| = 1, where 1 - a*a cancels
+    (lambda g, out, a: div(g, sqrt((1.0 - a) * (1.0 + a))),),
     "asin",
     domain=(-0.9, 0.9),
 )
@@ -382,7 +451,7 @@ defop(
     1,
     _acos,
     "math.acos({0})",
-    (lambda g, out, a: -div(g, sqrt(1.0 - a * a)),),
+    (lambda g, out, a: -div(g, sqrt((1.0 - a) * (1.0 + a))),),
     "acos",
     domain=(-0.9, 0.9),
 )
@@ -471,6 +540,94 @@ defop(
 )
 
 
+# Rounding, floor division and remainder follow NumPy's float ufuncs (and Python's
+# operators: ``%`` takes the divisor's sign) and JAX's derivatives: floor, ceil, trunc,
+# rint and // are piecewise constant, derivative 0 (also on their jumps); x % y is
+# x - y * (x // y), derivative 1 in x and -(x // y) in y. Python's math.floor answers
+# an int (and Numba's an int64, garbage for inf and nan), so the templates round only
+# below 2**52 (larger floats are integers already) and keep the sign of a zero.
+_ROUNDED = "(math.copysign({1}, {0}) if abs({0}) < 4503599627370496.0 else {0})"
+defop(
+    "floor",
+    1,
+    _floor,
+    _ROUNDED.format("{0}", "float(math.floor({0}))"),
+    (None,),
+    "floor",
+    smooth=False,
+    kink=_integer_crossing,
+    c="floor({0})",
+)
+defop(
+    "ceil",
+    1,
+    _ceil,
+    _ROUNDED.format("{0}", "float(math.ceil({0}))"),
+    (None,),
+    "ceiling",
+    smooth=False,
+    kink=_integer_crossing,
+    c="ceil({0})",
+)
+defop(
+    "trunc",
+    1,
+    _trunc,
+    _ROUNDED.format("{0}", "float(math.trunc({0}))"),
+    (None,),
+    "trunc",
+    smooth=False,
+    kink=_integer_crossing,
+    c="trunc({0})",
+)
+# |x| + 2**52 - 2**52 rounds |x| < 2**52 to an integer, halves to even, in IEEE float
+# arithmetic on every target (Python's and Numba's round answer an int).
+defop(
+    "rint",
+    1,
+    _rint,
+    _ROUNDED.format("{0}", "((abs({0}) + 4503599627370496.0) - 4503599627370496.0)"),
+    (None,),
+    "rint",
+    smooth=False,
+    kink=_half_crossing,
+    c="rint({0})",
+)
+# C's fmod has the dividend's sign; Python's (and NumPy's) remainder the divisor's:
+# NumPy's npy_divmod, written out.
+_C_FMOD = "fmod({0}, {1})"
+_C_SHIFT = f"({_C_FMOD} != 0.0 && ({_C_FMOD} < 0.0) != ({{1}} < 0.0))"
+_C_QUOTIENT = f"(({{0}} - {_C_FMOD}) / {{1}} - ({_C_SHIFT} ? 1.0 : 0.0))"
+defop(
+    "floor_divide",
+    2,
+    _floor_divide,
+    "({0} // {1})",
+    (None, None),
+    "floor_divide",
+    smooth=False,
+    symbol="//",
+    kink=_quotient_crossing,
+    c=(
+        f"({{1}} == 0.0 ? {{0}} / {{1}} : ({_C_QUOTIENT} != 0.0 ? floor({_C_QUOTIENT}) + "
+        f"({_C_QUOTIENT} - floor({_C_QUOTIENT}) > 0.5 ? 1.0 : 0.0) : "
+        "copysign(0.0, {0} / {1})))"
+    ),
+)
+defop(
+    "remainder",
+    2,
+    _remainder,
+    "({0} % {1})",
+    (lambda g, out, a, b: g, lambda g, out, a, b: -(g * floor_divide(a, b))),
+    "Mod",
+    smooth=False,
+    symbol="%",
+    kink=_quotient_crossing,
+    c=f"({_C_SHIFT} ? {_C_FMOD} + {{1}} : copysign({_C_FMOD}, {{1}}))",
+)
+
+
 def _generic(name: str) -> Callable:
     op = OPS[name]
 
@@ -482,9 +639,16 @@ def _generic(name: str) -> Callable:
     return f
 
 
-add, sub, mul, div, pow, log, sqrt = (
-    _generic(n) for n in ("add", "sub", "mul", "div", "pow", "log", "sqrt")
+add, sub, mul, div, pow, exp, log, sqrt = (
+    _generic(n) for n in ("add", "sub", "mul", "div", "pow", "exp", "log", "sqrt")
 )
 sin, cos, sinh, cosh, sigmoid, sign, step = (
     _generic(n) for n in ("sin", "cos", "sinh", "cosh", "sigmoid", "sign", "step")
 )
+absolute, floor_divide = _generic("abs"), _generic("floor_divide")
+
+
+def nonzero(x: Any) -> Any:
+    """1.0 where ``x != 0``, 0.0 where ``x == 0`` (nan for nan): a mask for derivative
+    rules, recorded on Values as ``abs(sign(x))`` (derivative 0)."""
+    return absolute(sign(x))

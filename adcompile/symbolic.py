@@ -45,17 +45,153 @@ def sympy_constant(value: float) -> sympy.Expr:
     return sympy.oo if value > 0 else -sympy.oo
 
 
+# ------------------------------------------------------------ step functions
+#
+# SymPy leaves the derivative of floor, ceiling and Mod unevaluated (a sum of deltas at
+# the jumps), so sympy.diff of a tape using them could not be evaluated anywhere. The
+# tape's SymPy forms are these subclasses (printed as SymPy's own), whose derivative is
+# the one the ops' rules use, as in JAX: 0 for the rounding functions and for x // y,
+# 1 and -floor(x / y) for Mod(x, y). ``from_sympy`` maps SymPy's own classes and these
+# to the same ops.
+
+
+class floor(sympy.floor):  # named as SymPy's, so that it prints as SymPy's
+    """SymPy's floor, with derivative 0 (JAX's convention, also at the integers)."""
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return sympy.S.Zero
+
+
+class ceiling(sympy.ceiling):
+    """SymPy's ceiling, with derivative 0 (JAX's convention, also at the integers)."""
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return sympy.S.Zero
+
+
+class _Rounding(sympy.Function):
+    """A rounding function of one real argument (SymPy has no trunc or rint):
+    evaluated on numbers exactly, derivative 0."""
+
+    nargs = 1
+
+    @classmethod
+    def _round(cls, x: sympy.Number) -> sympy.Integer:
+        raise NotImplementedError
+
+    @classmethod
+    def eval(cls, x: sympy.Expr) -> sympy.Expr | None:
+        if x.is_Number:
+            if x.is_finite is False or x is sympy.nan:
+                return x
+            return cls._round(sympy.Rational(x))  # (exact: a Float is not equal to 1/2)
+        return None
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        return sympy.S.Zero
+
+    def _eval_evalf(self, prec: int) -> sympy.Expr | None:
+        x = self.args[0].evalf(prec)
+        return self.func(x).evalf(prec) if x.is_Number else None
+
+    def _eval_is_integer(self) -> bool | None:
+        return self.args[0].is_finite
+
+
+class trunc(_Rounding):
+    """Rounding toward zero (NumPy's trunc), derivative 0."""
+
+    @classmethod
+    def _round(cls, x: sympy.Number) -> sympy.Integer:
+        return sympy.floor(x) if x >= 0 else sympy.ceiling(x)
+
+
+class rint(_Rounding):
+    """Rounding to the nearest integer, halves to even (NumPy's rint), derivative 0."""
+
+    @classmethod
+    def _round(cls, x: sympy.Number) -> sympy.Integer:
+        low = sympy.floor(x)
+        rest = x - low
+        half = sympy.Rational(1, 2)
+        return low + 1 if rest > half or (rest == half and low % 2 == 1) else low
+
+
+class Mod(sympy.Mod):
+    """SymPy's Mod (Python's remainder: the divisor's sign), with the derivatives of
+    ``x - y * floor(x / y)``: 1 in x and -floor(x / y) in y (as JAX's)."""
+
+    def fdiff(self, argindex: int = 1) -> sympy.Expr:
+        if argindex == 1:
+            return sympy.S.One
+        p, q = self.args
+        return -floor(p / q)
+
+
+def floor_divide(a: sympy.Expr, b: sympy.Expr) -> sympy.Expr:
+    """``a // b``: floor(a / b), derivative 0."""
+    return floor(a / b)
+
+
+#: SymPy forms named by ops (``Op.sympy``) that are looked up here before in ``sympy``.
+FORMS: dict[str, Callable[..., sympy.Expr]] = {
+    "floor": floor,
+    "ceiling": ceiling,
+    "trunc": trunc,
+    "rint": rint,
+    "Mod": Mod,
+    "floor_divide": floor_divide,
+}
+
+
 def sympy_form(op: Op) -> Callable[..., sympy.Expr]:
     """How ``op`` applies to SymPy expressions (an undefined function if it has no form)."""
     form = op.sympy
     if form is None:
         return sympy.Function(op.name)
     if isinstance(form, str):
-        found = getattr(sympy, form, None)
+        found = FORMS.get(form) or getattr(sympy, form, None)
         if not callable(found):
             raise TypeError(f"op {op.name!r}: sympy={form!r} names no SymPy function")
         return found
     return lambda *args: form(sympy, *args)
+
+
+def limit_at(expr: sympy.Expr, point: dict[sympy.Symbol, float]) -> tuple[float, str]:
+    """``expr`` at ``point`` as a float, and how it was found (``""``: by substitution).
+
+    Where substitution is undefined there (``y * x**y / x`` or ``x**y * log(x)`` at
+    ``x = 0``: SymPy's derivatives of a tape are often written so), the limit: the other
+    symbols set to their (exact) values, the two-sided limit in one symbol, tried for
+    each symbol in turn until one is a finite real number; the second element then says
+    which (``"limit x -> 0"``). nan if none is.
+    """
+    subs = {s: sympy.Float(float(v), 30) for s, v in point.items()}
+    try:
+        z = complex(expr.evalf(30, subs=subs))
+        if math.isfinite(z.real) and abs(z.imag) <= 1e-12 * max(1.0, abs(z.real)):
+            return z.real, ""
+    except (TypeError, ValueError, ZeroDivisionError):
+        pass
+    exact = {s: sympy.Rational(float(v)) for s, v in point.items()}
+    for s in sorted(expr.free_symbols & set(exact), key=str):
+        rest = expr.subs({t: v for t, v in exact.items() if t != s})
+        for direction in ("+-", "+", "-"):
+            try:
+                found = sympy.limit(rest, s, exact[s], dir=direction)
+            except (NotImplementedError, ValueError, TypeError):
+                continue
+            if found.is_real and found.is_finite:
+                if direction != "+-":  # one side only: take it if the other agrees
+                    other = "-" if direction == "+" else "+"
+                    try:
+                        if sympy.limit(rest, s, exact[s], dir=other) != found:
+                            break
+                    except (NotImplementedError, ValueError, TypeError):
+                        break
+                return float(found), f"limit {s} -> {float(point[s]):g}"
+            break
+    return math.nan, ""
 
 
 #: Slots deeper than this are built unevaluated: SymPy's automatic simplification
@@ -108,9 +244,9 @@ def _function_table() -> dict[Any, Op]:
     table: dict[Any, Op] = {cfunctions.log1p: OPS["log1p"], cfunctions.expm1: OPS["expm1"]}
     for op in OPS.values():
         if isinstance(op.sympy, str):
-            form = getattr(sympy, op.sympy, None)
-            if isinstance(form, type):
-                table.setdefault(form, op)
+            for form in (FORMS.get(op.sympy), getattr(sympy, op.sympy, None)):
+                if isinstance(form, type):
+                    table.setdefault(form, op)
     return table
 
 

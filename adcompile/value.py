@@ -10,7 +10,9 @@ float functions and derivative rules), so the table stays the one definition
 of every primitive. The same Values, made while tracing, become a tape for
 the compiler (``build_tape``); comparisons made then are kept as guards, and
 each op's source line is kept as (code, offset) and written out only when a
-tape is built.
+tape is built. NumPy ufuncs on a Value go through the op table too
+(``Value.__array_ufunc__``: ``np.floor(v)`` is the ``floor`` op); ``np.isnan``,
+``np.isinf`` and ``np.isfinite`` answer bools, guarded as comparisons are.
 """
 
 from __future__ import annotations
@@ -104,6 +106,21 @@ class TracedFloat(float):
 
     def __bool__(self) -> bool:
         return bool(self._guard("!=", 0.0))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``np.isnan(x.data)``, ``np.isinf``, ``np.isfinite`` in the user's code while
+        tracing: guarded as on the Value; any other ufunc sees a plain float."""
+        test = _PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
+        if (
+            test is not None
+            and _MODE.get().trace is not None
+            and not sys._getframe(1).f_globals.get("__name__", "").startswith(_LIBRARY_FRAMES)
+        ):
+            owner = self.value()
+            if owner is not None:
+                return test(owner)
+        args = [float(a) if type(a) is TracedFloat else a for a in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
 
     def __reduce__(self) -> tuple:  # (pickles and copies as a plain float)
         return (float, (float(self),))
@@ -401,8 +418,11 @@ def _compiled(src: str, env: dict, name: str) -> Any:
     return env["method"]
 
 
-def _binop(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:
-    """The operator method for a binary op (``__add__``, ``__rsub__`` ...).
+def _binop(
+    name: str, reflected: bool = False, dunder: str | None = None
+) -> Callable[[Value, Any], Value]:
+    """The operator method for a binary op (``__add__``, ``__rsub__`` ...; ``dunder`` names
+    the Python operator where it is not the op's name: ``mod`` for ``remainder``).
 
     Its source is made from the op table's entry: the op's eval, inline where
     it is Python's own float operator.
@@ -414,7 +434,7 @@ def _binop(name: str, reflected: bool = False) -> Callable[[Value, Any], Value]:
         expr=_eval_src(op, ("a.data", "b.data"), env),
     )
     method = _compiled(src, env, name)
-    method.__name__ = f"__{'r' if reflected else ''}{name}__"
+    method.__name__ = f"__{'r' if reflected else ''}{dunder or name}__"
     method.__qualname__ = f"Value.{method.__name__}"
     return method
 
@@ -427,6 +447,58 @@ def _unary(op: Op) -> Callable[[Value], Value]:
     method.__qualname__ = f"Value.{op.name}"
     method.__doc__ = f"{op.name} of this Value (recorded)."
     return method
+
+
+_STATIC_HINT = (
+    "that decides a trip count, an index or a shape (range(n), x[:n], np.zeros(n)) must "
+    "be static: pass it as a keyword argument (f(x, n=3): an int keyword is static) or "
+    "name its position in static_argnums, as in JAX: ad.grad(f, static_argnums=1), "
+    "ad.jit(f, static_argnums=(1,)). A new value then traces again"
+)
+
+
+def _index_error(v: Value) -> str:
+    """The message of ``range(v)``, ``x[:v]``, ``[0] * v`` ... on a Value (``__index__``;
+    NumPy's own shape and index conversions replace it with theirs)."""
+    if _MODE.get().trace is not None:
+        return (
+            f"a traced Value (now {float(v.data)!r}) was used as an integer, in range(), a "
+            "slice, an index or a size: the positional arguments of a function that "
+            "ad.grad, ad.jit ... trace are Values, which stand for floats. An integer "
+            f"argument {_STATIC_HINT}"
+        )
+    return (
+        f"a Value (holding {float(v.data)!r}) cannot be used as an integer (in range(), a "
+        "slice, an index or a size): it stands for a float. Use int(v.data) for the "
+        "integer it holds now"
+    )
+
+
+# NumPy ufuncs whose op has another name (the rest are named alike: np.floor is floor).
+_UFUNC_OPS = {
+    "absolute": "abs",
+    "fabs": "abs",
+    "subtract": "sub",
+    "multiply": "mul",
+    "divide": "div",
+    "true_divide": "div",
+    "power": "pow",
+    "float_power": "pow",
+    "negative": "neg",
+}
+
+
+def _boxed(v: Value) -> np.ndarray:
+    box = np.empty((), dtype=object)
+    box[()] = v
+    return box
+
+
+def _object_loop(ufunc: np.ufunc, method: str, inputs: Sequence[Any], kwargs: dict) -> Any:
+    """What NumPy does with a ufunc on Values that define no ``__array_ufunc__``: each
+    Value a 0-d object array, the element-wise object loop (calling Value methods)."""
+    args = [_boxed(a) if isinstance(a, Value) else a for a in inputs]
+    return getattr(ufunc, method)(*args, **kwargs)
 
 
 class Value:
@@ -572,13 +644,14 @@ class Value:
 
     # -- conversions -------------------------------------------------------
 
-    def _frozen(self, how: str) -> None:
+    def _frozen(self, how: str, hint: str = "") -> None:
         if _MODE.get().trace is not None:
             raise TypeError(
                 f"{how} was called on a traced Value: it would freeze the value seen "
                 "while tracing into the compiled code. Keep it a Value: use the "
-                "adcompile functions (ad.sin(x), ad.exp(x) ...), NumPy ufuncs or "
-                "operators instead of math.* / float() / int() / round()"
+                "adcompile functions (ad.sin(x), ad.exp(x) ...), NumPy ufuncs (np.sin(x), "
+                "np.floor(x), np.isnan(x) ...) or operators instead of math.* / float() / "
+                f"int() / round(){hint}"
             )
 
     def __float__(self) -> float:
@@ -586,12 +659,56 @@ class Value:
         return self.data
 
     def __int__(self) -> int:
-        self._frozen("int()")
+        self._frozen("int()", f"; an integer argument {_STATIC_HINT}")
         return int(self.data)
 
+    def __index__(self) -> int:
+        """Refused: a Value stands for a float; the error says how to pass an integer."""
+        raise TypeError(_index_error(self))
+
     def __round__(self, ndigits: int | None = None) -> Any:
-        self._frozen("round()")
+        """Python's ``round``, on the float (an int, as for a float); refused while
+        tracing. ``np.round(v)`` and ``v.round()`` give a Value."""
+        self._frozen("round()", "; np.round(x) rounds a Value and is recorded")
         return round(self.data, ndigits)
+
+    def round(self, decimals: int = 0, out: None = None) -> Value:
+        """Rounded to ``decimals`` digits as ``np.round`` (``rint(x * 10**d) / 10**d``,
+        halves to even); derivative 0. ``np.round(v)`` calls this."""
+        if out is not None:
+            raise TypeError("Value.round(out=...) is not supported: use the Value it returns")
+        d = operator.index(decimals)
+        if d == 0:
+            return self.rint()
+        if d > 0:
+            return (self * 10.0**d).rint() / 10.0**d
+        return (self / 10.0**-d).rint() * 10.0**-d
+
+    def __divmod__(self, other: Any) -> tuple[Value, Value]:
+        return self // other, self % other
+
+    def __rdivmod__(self, other: Any) -> tuple[Value, Value]:
+        return other // self, other % self
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """NumPy ufuncs on Values, read from the op table: a ufunc named after an op
+        applies that op (``np.floor(v)``, ``np.mod(v, 2.0)``, ``np.maximum(v, 0.0)``);
+        ``np.isnan``, ``np.isinf`` and ``np.isfinite`` answer a bool, guarded while
+        tracing as a comparison is; anything else (an array operand, ``out=``, other
+        ufuncs) is NumPy's own object loop, as it would be without this method."""
+        if method == "__call__" and not kwargs:
+            test = _PREDICATES.get(ufunc)
+            if test is not None:
+                return test(self)
+            op = OPS.get(_UFUNC_OPS.get(ufunc.__name__, ufunc.__name__))
+            if (
+                op is not None
+                and op.arity == len(inputs)
+                and ufunc.nout == 1
+                and all(isinstance(a, (Value, numbers.Real)) for a in inputs)
+            ):
+                return Value._apply(op, inputs)
+        return _object_loop(ufunc, method, inputs, kwargs)
 
     def item(self) -> float:
         """The value as a Python float."""
@@ -882,6 +999,10 @@ for _name in ("add", "sub", "mul", "truediv", "pow"):
     _opname = "div" if _name == "truediv" else _name
     setattr(Value, f"__{_name}__", _binop(_opname))
     setattr(Value, f"__r{_name}__", _binop(_opname, reflected=True))
+Value.__floordiv__ = _binop("floor_divide", dunder="floordiv")
+Value.__rfloordiv__ = _binop("floor_divide", reflected=True, dunder="floordiv")
+Value.__mod__ = _binop("remainder", dunder="mod")
+Value.__rmod__ = _binop("remainder", reflected=True, dunder="mod")
 Value.__neg__ = _unary(_NEG)
 Value.__abs__ = _unary(_ABS)
 # Every op becomes a method named as NumPy's ufunc is (so np.sin(object_array)
@@ -890,6 +1011,41 @@ for _op in OPS.values():
     if _op.name not in ("add", "sub", "mul", "div", "pow", "neg"):
         setattr(Value, _op.name, _method(_op))
 Value.absolute = Value.abs  # np.absolute's name
+Value.mod = Value.remainder  # np.mod's name
+# math.floor(v) ... give Values too: NumPy's object loops for np.floor, np.ceil and np.trunc
+# (an object array of Values) call them.
+Value.__floor__, Value.__ceil__, Value.__trunc__ = Value.floor, Value.ceil, Value.trunc
+
+
+def _isnan(v: Value) -> bool:
+    """``np.isnan(v)``: ``v != v``, a guard while tracing (as every comparison)."""
+    return v._compare("!=", v)
+
+
+#: The largest finite float: the guards compare with it, not with inf (a finite constant).
+_MAX = sys.float_info.max
+
+
+def _isinf(v: Value) -> bool:
+    """``np.isinf(v)``: ``abs(v) > MAX`` (False for nan), a guard while tracing."""
+    if _MODE.get().trace is None:
+        return math.isinf(v.data)
+    return abs(v)._compare(">", _MAX)
+
+
+def _isfinite(v: Value) -> bool:
+    """``np.isfinite(v)``: ``abs(v) <= MAX`` (False for nan), a guard while tracing."""
+    if _MODE.get().trace is None:
+        return math.isfinite(v.data)
+    return abs(v)._compare("<=", _MAX)
+
+
+#: The ufuncs that test a float and answer a bool, on a Value.
+_PREDICATES: dict[np.ufunc, Callable[[Value], bool]] = {
+    np.isnan: _isnan,
+    np.isinf: _isinf,
+    np.isfinite: _isfinite,
+}
 
 
 def topological_order(roots: Iterable[Value], before: int | None = None) -> list[Value]:
@@ -1165,6 +1321,7 @@ def _function(op: Op) -> Any:
 
 
 FUNCTIONS = {name: _function(op) for name, op in OPS.items()}
+FUNCTIONS["mod"] = FUNCTIONS["remainder"]  # np.mod's name
 
 
 _SWEEP_SRC = """

@@ -3,7 +3,10 @@
 The tests are parametrised over ``OPS``, so an op added to the table is
 tested here without writing anything new. Values are checked against NumPy
 (or SciPy), derivatives against central finite differences along a random
-direction, and against PyTorch when it is installed.
+direction, and against PyTorch when it is installed. At the edge of each op's
+domain (``sqrt`` and ``log`` at 0+, ``pow`` at 0, kinks and jumps), every way
+of taking a derivative is held to a hand-derived value, checked against
+finite differences and SymPy's limit where it is a limit.
 """
 
 from __future__ import annotations
@@ -12,14 +15,18 @@ import math
 import operator
 import warnings
 import zlib
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from conftest import NUMPY_REF, central_diff, numpy_ref, one_sided_agree
+import sympy
+from conftest import NUMPY_REF, central_diff, one_sided_agree
 
 import adcompile as ad
 from adcompile import interpret
 from adcompile.ops import OPS
+from adcompile.reverse import grad_tape
+from adcompile.symbolic import tape_to_sympy
 from adcompile.value import build_tape
 
 NAMES = sorted(OPS)
@@ -34,7 +41,26 @@ OPERATOR = {
     "pow": operator.pow,
     "neg": operator.neg,
     "abs": abs,
+    "floor_divide": operator.floordiv,
+    "remainder": operator.mod,
 }
+
+# conftest's NumPy references, and the NumPy ufuncs of the rounding and division ops.
+REF = {
+    **NUMPY_REF,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+    "rint": np.rint,
+    "floor_divide": np.floor_divide,
+    "remainder": np.remainder,
+}
+
+
+def numpy_ref(name: str, *args: float) -> float:
+    """The NumPy reference value of op ``name`` (warnings silenced, as a float)."""
+    with np.errstate(all="ignore"):
+        return float(REF[name](*(np.float64(a) for a in args)))
 
 
 def rng_for(name: str, salt: str = "") -> np.random.Generator:
@@ -78,7 +104,7 @@ def sample(name: str, rng: np.random.Generator) -> list[float]:
 
 def reference(name: str):
     """The float function finite differences use: NumPy's where it exists."""
-    if name in NUMPY_REF:
+    if name in REF:
         return lambda z: numpy_ref(name, *z)
     return lambda z: OPS[name].eval(*map(float, z))
 
@@ -94,7 +120,7 @@ def test_every_form_matches_eval_and_numpy(name):
         xs = sample(name, rng)
         expected = op.eval(*xs)
         assert type(expected) is float
-        if name in NUMPY_REF:
+        if name in REF:
             assert same_float(expected, numpy_ref(name, *xs)), (name, xs)
         got = getattr(ad, name)(*xs)
         assert type(got) is float and got == expected
@@ -114,7 +140,7 @@ SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0, 1000.0, -1000.0, INF, -IN
 
 @pytest.mark.parametrize("name", NAMES)
 def test_special_values_follow_numpy(name):
-    if name not in NUMPY_REF:
+    if name not in REF:
         pytest.skip(f"no NumPy reference for {name}")
     op = OPS[name]
     points = (
@@ -287,6 +313,26 @@ FLOAT_SEMANTICS = [
     ("tan", (-INF,), NAN),
     ("mul", (0.0, INF), NAN),
     ("sub", (INF, INF), NAN),
+    # Python raises ZeroDivisionError for these two; NumPy answers
+    ("floor_divide", (1.0, 0.0), INF),
+    ("floor_divide", (-1.0, 0.0), -INF),
+    ("floor_divide", (0.0, 0.0), NAN),
+    ("remainder", (1.0, 0.0), NAN),
+    # the divisor's sign, as Python's % (C's fmod would give -1.5 and 1.5)
+    ("remainder", (-5.5, 2.0), 0.5),
+    ("remainder", (5.5, -2.0), -0.5),
+    ("floor_divide", (-5.5, 2.0), -3.0),
+    ("remainder", (-5.0, INF), INF),
+    ("floor_divide", (-5.0, INF), -1.0),
+    ("remainder", (INF, 2.0), NAN),
+    # Python's math.floor raises on these (and answers an int)
+    ("floor", (INF,), INF),
+    ("ceil", (-INF,), -INF),
+    ("trunc", (NAN,), NAN),
+    ("rint", (2.5,), 2.0),
+    ("rint", (3.5,), 4.0),
+    ("rint", (-2.5,), -2.0),
+    ("floor", (1e300,), 1e300),
 ]
 
 
@@ -416,3 +462,277 @@ def test_stable_at_large_arguments(name, x, value, grad):
     assert out.data == pytest.approx(value, rel=1e-14, abs=0)
     assert v.grad == pytest.approx(grad, rel=1e-12, abs=1e-17)
     assert out.data == pytest.approx(numpy_ref(name, x), rel=1e-14, abs=0)
+
+
+# ---------------------------------------------------------------- signed zeros
+
+
+@pytest.mark.parametrize("name", ["floor", "ceil", "trunc", "rint"])
+def test_rounding_keeps_the_sign_of_zero_as_numpy(name):
+    # np.ceil(-0.5) is -0.0 (1 / it is -inf); Python's math.ceil answers the int 0
+    for x in (-0.0, 0.0, -0.5, 0.5, -0.25, 0.75, -1e-300, 1e-300):
+        expected = numpy_ref(name, x)
+        got = OPS[name].eval(x)
+        assert got == expected and math.copysign(1.0, got) == math.copysign(1.0, expected), x
+
+
+# ---------------------------------------------------------------- edges of domains
+
+LIMIT, CONVENTION = "limit", "convention"
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A point at (or next to) the edge of an op's domain, a kink or a jump, and the
+    derivative by each argument, derived by hand.
+
+    ``kinds[k]``: ``LIMIT`` where that derivative is the limit of the derivative
+    (central finite differences and SymPy's limit are held to it as well),
+    ``CONVENTION`` where it is a documented choice on a kink or a jump (relu'(0) = 0
+    as in PyTorch, floor' = 0 as in JAX) that only adcompile's methods are held to.
+    SymPy's limit (and one-sided differences) approach argument ``along`` from
+    ``side`` (``"+"``, ``"-"`` or ``"+-"``, both); ``h`` is the difference step
+    (smaller than the distance to the edge; default ``1e-6 * |x|``, or ``1e-6``).
+    """
+
+    args: tuple[float, ...]
+    grad: tuple[float, ...]
+    kinds: tuple[str, ...] | str = LIMIT
+    along: int = 0
+    side: str = "+-"
+    h: float | None = None
+
+    def kind(self, k: int) -> str:
+        return self.kinds if isinstance(self.kinds, str) else self.kinds[k]
+
+
+E = math.exp
+D = 2.0**-40  # a distance to an edge, exact in binary (x + D and x + D / 1024 are exact)
+H = D / 1024  # a difference step well inside it
+PI = math.pi
+X3 = 1.0 - 3e-9  # a float near 1 with a full mantissa (1 - X3 is exact, X3 * X3 is not)
+EDGES: dict[str, list[Edge]] = {
+    "add": [Edge((1e300, 1e300), (1.0, 1.0))],
+    "sub": [Edge((1e300, -1e300), (1.0, -1.0))],
+    "mul": [Edge((1e-200, 1e200), (1e200, 1e-200)), Edge((0.0, -3.0), (-3.0, 0.0))],
+    # d/db a / b = -a / b**2: near b = 0 the largest derivative that is still finite
+    "div": [Edge((1.0, 1e-150), (1e150, -1e300), along=1)],
+    "neg": [Edge((-0.0,), (-1.0,))],
+    "pow": [
+        # 0**y = 0 for y > 0, so d/dy = 0 (JAX and PyTorch); d/dx = y * 0**(y-1)
+        Edge((0.0, 2.0), (0.0, 0.0)),
+        Edge((0.0, 3.0), (0.0, 0.0)),
+        Edge((0.0, 1.0), (1.0, 0.0)),
+        Edge((0.0, 0.5), (INF, 0.0), side="+"),  # sqrt's slope at 0+
+        # x**0 = 1 for every x: d/dx = 0 (PyTorch; JAX says nan); 0**y jumps at y = 0
+        Edge((0.0, 0.0), (0.0, 0.0), (LIMIT, CONVENTION)),
+        # 0**y = inf for y < 0: d/dy is inf - inf, nan (as JAX; PyTorch says -inf)
+        Edge((0.0, -1.0), (-INF, NAN), (LIMIT, CONVENTION)),
+        Edge((1e-300, 2.0), (2e-300, -0.0)),  # x**2 log(x) = -6.9e-598 underflows
+    ],
+    "abs": [Edge((0.0,), (0.0,), CONVENTION), Edge((1e-300,), (1.0,))],
+    "exp": [Edge((709.0,), (E(709.0),)), Edge((-700.0,), (E(-700.0),))],
+    "log": [Edge((1e-300,), (1e300,)), Edge((0.0,), (INF,), side="+")],
+    "log1p": [Edge((-1.0 + D,), (1.0 / D,), h=H), Edge((-1.0,), (INF,), side="+")],
+    "expm1": [Edge((709.0,), (E(709.0),)), Edge((-40.0,), (E(-40.0),))],
+    "sqrt": [Edge((1e-300,), (0.5e150,)), Edge((0.0,), (INF,), side="+")],
+    "sin": [Edge((PI,), (math.cos(PI),)), Edge((0.0,), (1.0,))],
+    "cos": [Edge((PI / 2,), (-math.sin(PI / 2),)), Edge((0.0,), (-0.0,))],
+    "tan": [Edge((PI / 2 - 1e-8,), (1.0 / math.cos(PI / 2 - 1e-8) ** 2,), h=1e-12)],
+    # 1 / sqrt(1 - x**2) with 1 - x**2 = (1 - x)(1 + x) = D (2 - D), exact in binary;
+    # at 1 - 3e-9, 1 - x*x in floats would be 7.5e-10 off (relative), (1 - x)(1 + x) is not
+    "arcsin": [
+        Edge((X3,), (1.0 / math.sqrt((1.0 - X3) * (1.0 + X3)),), h=1e-12),
+        Edge((1.0 - D,), (1.0 / math.sqrt(D * (2.0 - D)),), h=H),
+        Edge((-1.0 + D,), (1.0 / math.sqrt(D * (2.0 - D)),), h=H),
+        Edge((1.0,), (INF,), side="-"),
+        Edge((-1.0,), (INF,), side="+"),
+    ],
+    "arccos": [
+        Edge((1.0 - D,), (-1.0 / math.sqrt(D * (2.0 - D)),), h=H),
+        Edge((-1.0,), (-INF,), side="+"),
+    ],
+    "arctan": [Edge((1e10,), (1e-20,)), Edge((1e200,), (0.0,))],  # 1e-400 underflows to 0
+    "sinh": [Edge((700.0,), (math.cosh(700.0),))],
+    "cosh": [Edge((700.0,), (math.sinh(700.0),)), Edge((0.0,), (0.0,))],
+    "tanh": [Edge((1e-8,), (1.0 - math.tanh(1e-8) ** 2,)), Edge((0.0,), (1.0,))],
+    "sigmoid": [Edge((-40.0,), (E(-40.0) / (1.0 + E(-40.0)) ** 2,)), Edge((0.0,), (0.25,))],
+    "softplus": [Edge((-40.0,), (E(-40.0) / (1.0 + E(-40.0)),))],
+    "relu": [
+        Edge((0.0,), (0.0,), CONVENTION),  # as PyTorch and JAX
+        Edge((1e-300,), (1.0,)),
+        Edge((-1e-300,), (0.0,)),
+    ],
+    "maximum": [
+        Edge((1.5, 1.5), (0.5, 0.5), CONVENTION),  # a tie split evenly, as PyTorch and JAX
+        Edge((1.5, 1.5 - D), (1.0, 0.0), h=H),
+    ],
+    "minimum": [
+        Edge((1.5, 1.5), (0.5, 0.5), CONVENTION),
+        Edge((1.5, 1.5 - D), (0.0, 1.0), h=H),
+    ],
+    "sign": [Edge((0.0,), (0.0,), CONVENTION), Edge((1e-300,), (0.0,))],
+    "step": [Edge((0.0,), (0.0,), CONVENTION), Edge((-1e-300,), (0.0,))],
+    # piecewise constant: 0 between the jumps, and 0 on them (JAX's convention)
+    "floor": [Edge((2.0,), (0.0,), CONVENTION), Edge((2.0 - D,), (0.0,), h=H)],
+    "ceil": [Edge((-2.0,), (0.0,), CONVENTION), Edge((-2.0 + D,), (0.0,), h=H)],
+    "trunc": [Edge((0.0,), (0.0,), CONVENTION), Edge((-1.0 + D,), (0.0,), h=H)],
+    "rint": [Edge((2.5,), (0.0,), CONVENTION), Edge((2.5 + D,), (0.0,), h=H)],
+    "floor_divide": [
+        Edge((4.0, 2.0), (0.0, 0.0), CONVENTION),
+        Edge((4.0 + D, 2.0), (0.0, 0.0), h=H),
+    ],
+    # x % y = x - y * (x // y): 1 and -(x // y), also on the jumps (as JAX)
+    "remainder": [
+        Edge((4.0, 2.0), (1.0, -2.0), CONVENTION),
+        Edge((-4.0, 2.0), (1.0, 2.0), CONVENTION),
+        Edge((4.0 + D, 2.0), (1.0, -2.0), h=H),
+        Edge((-4.0 + D, 2.0), (1.0, 2.0), h=H),  # (-4 + D) // 2 is -2
+        Edge((5.5, -2.0), (1.0, 3.0)),
+    ],
+}
+
+
+def _builtin(name: str) -> bool:
+    """An op of ops.py (not one a test registers for a while)."""
+    return all(r is None or r.__module__ == "adcompile.ops" for r in OPS[name].vjp)
+
+
+def test_every_op_has_its_edges_listed():
+    assert set(EDGES) == {name for name in OPS if _builtin(name)}
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def compiled_value_and_grad(name: str):
+    """``ad.value_and_grad`` of the op by all its arguments, compiled once per op."""
+    if name not in _COMPILED:
+        op = OPS[name]
+        if op.arity == 1:
+
+            def f(x):
+                return op(x)
+
+        else:
+
+            def f(x, y):
+                return op(x, y)
+
+        _COMPILED[name] = ad.value_and_grad(f, argnums=tuple(range(op.arity)))
+    return _COMPILED[name]
+
+
+def every_method(name: str, xs: tuple[float, ...]) -> tuple[float, dict[str, list[float]]]:
+    """The op's value at ``xs`` and its gradient by each of adcompile's methods."""
+    op = OPS[name]
+    vs = [ad.Value(x) for x in xs]
+    out = op(*vs)
+    out.backward()
+    tape = build_tape([out], vs)
+    value, compiled = compiled_value_and_grad(name)(*xs)
+    adjoint = interpret.evaluate(grad_tape(tape, wrt=list(range(op.arity))), list(xs))
+    methods = {
+        "eager backward": [v.grad for v in vs],
+        "interpreter": interpret.value_and_grad(tape, list(xs))[1],
+        "adjoint tape": adjoint[1:],
+        "compiled": list(compiled),
+    }
+    assert same_float(value, out.data) and same_float(adjoint[0], out.data)
+    return out.data, methods
+
+
+def sympy_derivative(name: str, edge: Edge, k: int) -> float:
+    """SymPy's derivative of the op's tape by argument ``k`` at the edge: its value
+    there, or where that is undefined (0 * log 0, 1 / 0), its limit along
+    ``edge.along`` from ``edge.side`` (the other arguments set exactly)."""
+    op = OPS[name]
+    vs = [ad.Value(x) for x in edge.args]
+    symbols = sympy.symbols(f"x0:{op.arity}", real=True)
+    expr = tape_to_sympy(build_tape([op(*vs)], vs), symbols)[0]
+    d = sympy.diff(expr, symbols[k])
+    exact = {s: sympy.Rational(x) for s, x in zip(symbols, edge.args)}
+    at = d.subs(exact)
+    if at.is_real and at.is_finite:
+        return float(sympy.N(at, 30))
+    s = symbols[edge.along]
+    rest = d.subs({t: v for t, v in exact.items() if t != s})
+    return float(sympy.N(sympy.limit(rest, s, exact[s], dir=edge.side), 30))
+
+
+def finite_difference(name: str, edge: Edge, k: int) -> float:
+    """A difference quotient of the op's float function by argument ``k``: central,
+    or one-sided into the domain along ``edge.along`` when ``edge.side`` is one side."""
+    f, x = OPS[name].eval, list(edge.args)
+    h = edge.h or (1e-6 * abs(x[k]) if x[k] else 1e-6)
+    up, down = list(x), list(x)
+    up[k] += h
+    down[k] -= h
+    if k == edge.along and edge.side == "+":
+        up, down = up, x
+    elif k == edge.along and edge.side == "-":
+        up, down = x, down
+    return (f(*up) - f(*down)) / (up[k] - down[k])  # (the step as rounded)
+
+
+@pytest.mark.parametrize("name", sorted(EDGES))
+def test_derivative_at_the_edge_of_the_domain_by_every_method(name):
+    for edge in EDGES[name]:
+        _, methods = every_method(name, edge.args)
+        for method, grad in methods.items():
+            for k, want in enumerate(edge.grad):
+                assert same_float(grad[k], want, rtol=1e-12), (name, edge, method, k, grad[k])
+        for k, want in enumerate(edge.grad):
+            if edge.kind(k) != LIMIT:
+                continue
+            sym = sympy_derivative(name, edge, k)
+            assert same_float(sym, want, rtol=1e-12) or (sym == want == 0.0), (name, edge, k, sym)
+            if math.isfinite(want):
+                fd = finite_difference(name, edge, k)
+                assert abs(fd - want) <= 1e-5 * abs(want) + 1e-12, (name, edge, k, fd)
+
+
+def test_pow_at_zero_follows_jax_and_pytorch():
+    # d/dy x**y at x = 0, y = 2 is lim x**2 log(x) = 0 (it was nan: 0 * log(0));
+    # the limit is SymPy's as well, and finite differences agree
+    edge = Edge((0.0, 2.0), (0.0, 0.0))
+    value, methods = every_method("pow", edge.args)
+    assert value == 0.0
+    for method, grad in methods.items():
+        assert grad == [0.0, 0.0], method
+    x, y = sympy.symbols("x y", real=True)
+    assert sympy.limit(sympy.diff(x**y, y).subs(y, 2), x, 0) == 0
+    assert finite_difference("pow", edge, 1) == 0.0
+    # elsewhere the rules are the plain ones: d/dx = y x**(y-1), d/dy = x**y log(x)
+    _, methods = every_method("pow", (1.5, 2.5))
+    for grad in methods.values():
+        assert grad == pytest.approx([2.5 * 1.5**1.5, 1.5**2.5 * math.log(1.5)], rel=1e-14)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not OPS[n].smooth])
+def test_switch_is_zero_on_each_kink_and_changes_sign_only_across_one(name):
+    # Op.switch tells finite differences (check_grad) where the pieces of a non-smooth op
+    # meet: 0 on a kink or jump (the CONVENTION points above), opposite signs on either
+    # side; where the stencil sees one sign, the op has no kink or jump inside it
+    op = OPS[name]
+    for edge in EDGES.get(name, []):
+        if edge.kinds != CONVENTION:
+            continue
+        assert op.switch(*edge.args) == 0.0, edge
+        d = np.eye(op.arity)[edge.along] * 1e-9
+        left, right = op.switch(*(edge.args - d)), op.switch(*(edge.args + d))
+        assert np.sign(left) == -np.sign(right) != 0.0, edge
+    rng = rng_for(name, "switch")
+    f = lambda z: op.eval(*map(float, z))
+    lo, hi = op.domain
+    jumps = 0
+    for _ in range(400):
+        x = rng.uniform(lo, hi, op.arity)
+        d = rng.standard_normal(op.arity)
+        h = 1e-3
+        signs = {np.sign(op.switch(*(x + t * h * d))) for t in (-1.0, 0.0, 1.0)}
+        if len(signs) == 1:
+            assert one_sided_agree(f, x, d, h=h), (x, d)
+        else:
+            jumps += 1
+    assert jumps < 400  # (most stencils see no kink)

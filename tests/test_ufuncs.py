@@ -1,4 +1,4 @@
-"""NumPy ufuncs on ValueArrays: those named after an op apply that op element-wise.
+"""NumPy ufuncs on ValueArrays (and Values): those named after an op apply that op.
 
 ``np.maximum(z, 0)`` on an object array would compare with ``>=`` and give
 back either the Value or the int 0; on a ValueArray it records the
@@ -8,6 +8,8 @@ against hand-derived formulas and central finite differences.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -184,3 +186,77 @@ def test_numpy_style_mlp_with_maximum_folds_into_one_program_for_every_batch_len
     assert "for i in range(n):" in compiled.source and "max(" in compiled.source
     assert "interpreter" not in compiled.explanation
     assert vg.traces == 1
+
+
+# ------------------------------------------------------- rounding, %, //, isnan (issue 28)
+
+INF, NAN = math.inf, math.nan
+ROUNDING = [np.floor, np.ceil, np.trunc, np.rint]
+R = np.array([-2.5, -1.7, -0.5, -0.25, 0.0, 0.5, 1.5, 2.5, 3.2])
+
+
+@pytest.mark.parametrize("ufunc", ROUNDING + [np.round])
+def test_rounding_ufuncs_on_a_value_plain_object_arrays_and_value_arrays(ufunc):
+    # one Value (NumPy calls Value.__array_ufunc__), a plain object array (NumPy's
+    # object loop calls math.floor ... or .rint() on each Value) and a ValueArray (the
+    # op, by name): every form gives Values equal to NumPy's floats, derivative 0
+    v = Value(2.5)
+    out = ufunc(v)
+    assert isinstance(out, Value) and out.data == ufunc(2.5)
+    plain = np.array([Value(x) for x in R], dtype=object)
+    for a in (plain, tensor(R)):
+        out = ufunc(a)
+        assert all(isinstance(e, Value) for e in out.flat)
+        np.testing.assert_array_equal([e.data for e in out.flat], ufunc(R))
+    t = tensor(R)
+    (ufunc(t) * t).sum().backward()  # d/dx [x r(x)] = r(x)
+    np.testing.assert_array_equal(t.grad, ufunc(R))
+
+
+@pytest.mark.parametrize("ufunc", [np.floor_divide, np.remainder, np.mod])
+def test_floor_divide_and_remainder_record_their_op_on_value_arrays(ufunc):
+    a, b = tensor(R), tensor(np.array([2.0, -1.5, 0.75, 2.0, 1.0, -2.0, 0.4, 3.0, -1.0]))
+    out = ufunc(a, b)
+    symbol = "//" if ufunc is np.floor_divide else "%"
+    assert all(e._op == symbol for e in out.flat)
+    np.testing.assert_array_equal(out.data, ufunc(a.data, b.data))
+    out.sum().backward()
+    if ufunc is np.floor_divide:  # piecewise constant
+        np.testing.assert_array_equal(a.grad, 0.0)
+        np.testing.assert_array_equal(b.grad, 0.0)
+    else:  # x - y floor(x / y): 1 and -(x // y)
+        np.testing.assert_array_equal(a.grad, 1.0)
+        np.testing.assert_array_equal(b.grad, -np.floor_divide(a.data, b.data))
+
+
+def test_predicates_on_values_answer_bools_and_are_guards_in_a_trace():
+    for x in (0.5, INF, -INF, NAN):
+        v = Value(x)
+        assert (np.isnan(v), np.isinf(v), np.isfinite(v)) == (
+            bool(np.isnan(x)),
+            bool(np.isinf(x)),
+            bool(np.isfinite(x)),
+        )
+    tape = ad.trace(lambda x: x * 2.0 if np.isfinite(x) and not np.isnan(x) else x, 0.5)
+    # isfinite: abs(x) <= the largest float was True; isnan: x != x (both sides the
+    # input) was False
+    assert [g.cmp for g in tape.guards] == ["<=", "!="]
+    assert tape.guards[0].expected is True
+    assert tape.nodes[tape.guards[0].b].value == np.finfo(float).max
+    assert tape.nodes[tape.guards[0].a].op.name == "abs"
+    assert tape.guards[1].a == tape.guards[1].b == tape.inputs[0]
+    assert tape.guards[1].expected is False
+
+
+def test_ufuncs_on_a_value_apply_the_op_or_numpys_object_loop():
+    v = Value(-1.5)
+    m = np.maximum(v, 0.0)  # the op, not a comparison choosing v or 0.0
+    assert isinstance(m, Value) and m._op == "maximum" and m.data == 0.0
+    p = np.float64(2.0) * v  # (NumPy's scalar asks Value.__array_ufunc__)
+    assert isinstance(p, Value) and p._op == "*" and p.data == -3.0
+    s = np.square(v)  # no op of that name: NumPy's object loop, v * v
+    assert isinstance(s, Value) and s.data == 2.25
+    row = np.array([Value(1.0), Value(2.0)], dtype=object) + v
+    assert row.dtype == object and [e.data for e in row] == [-0.5, 0.5]
+    with pytest.raises(TypeError):  # a ufunc without an object loop stays NumPy's error
+        np.signbit(v)

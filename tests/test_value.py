@@ -191,6 +191,13 @@ LN2 = math.log(2.0)
         ("x / x", lambda x: x / x, 3.0, 1.0, 0.0),
         ("x + np.float64(2)", lambda x: x + np.float64(2.0), 3.0, 5.0, 1.0),
         ("np.float64(2) * x", lambda x: np.float64(2.0) * x, 3.0, 6.0, 2.0),
+        # x % c = x - c floor(x / c): slope 1; c % x: slope -floor(c / x); // is flat
+        ("x % 2", lambda x: x % 2, 7.5, 1.5, 1.0),
+        ("x % -2", lambda x: x % -2, 7.5, -0.5, 1.0),  # the divisor's sign, as Python
+        ("-7.5 % x", lambda x: -7.5 % x, 2.0, 0.5, 4.0),  # -floor(-3.75) = 4
+        ("x // 2", lambda x: x // 2, -7.5, -4.0, 0.0),
+        ("7 // x", lambda x: 7 // x, -2.0, -4.0, 0.0),
+        ("x % x", lambda x: x % x, 3.0, 0.0, 0.0),  # 1 - floor(x / x) = 0
     ],
 )
 def test_operators_with_numbers(expr, fn, x, value, grad):
@@ -209,6 +216,42 @@ def test_value_exponent():
     assert data == 8.0
     assert gx == pytest.approx(12.0, rel=1e-15)
     assert gy == pytest.approx(8.0 * LN2, rel=1e-15)
+
+
+def test_mod_and_floordiv_of_two_values_and_their_labels():
+    # d(x % y)/dx = 1, d(x % y)/dy = -floor(x / y) = -(-4) at x = -7.5, y = 2
+    data, (gx, gy) = grad_and_value(lambda x, y: x % y, -7.5, 2.0)
+    assert (data, gx, gy) == (0.5, 1.0, 4.0)
+    data, grads = grad_and_value(lambda x, y: x // y, -7.5, 2.0)
+    assert (data, grads) == (-4.0, [0.0, 0.0])
+    a, b = Value(5.0), Value(3.0)
+    assert (a % b)._op == "%" and (a // b)._op == "//"
+    q, r = divmod(a, b)
+    assert (q.data, r.data) == (1.0, 2.0)
+    assert isinstance(Value(5.0).remainder(3.0), Value) and Value(5.0).mod(3.0).data == 2.0
+
+
+def test_round_is_pythons_and_numpys_round_gives_a_value():
+    v = Value(2.5)
+    assert round(v) == 2 and type(round(v)) is int  # as round(2.5): halves to even
+    assert round(Value(2.675), 2) == round(2.675, 2)
+    r = np.round(v)  # rint: a Value, derivative 0
+    assert isinstance(r, Value) and r.data == 2.0 and r._op == "rint"
+    assert v.round(-1).data == np.round(2.5, -1) and Value(-1.25).round(1).data == -1.2
+    for fn, want in ((math.floor, 2.0), (math.ceil, 3.0), (math.trunc, 2.0)):
+        out = fn(v)  # (NumPy's object loops for np.floor ... call these)
+        assert isinstance(out, Value) and out.data == want
+        (out * v).backward()
+        assert v.grad == want
+        v.grad = 0.0
+
+
+def test_a_value_is_not_an_integer_and_says_so():
+    with pytest.raises(TypeError, match=r"Value \(holding 3.0\) cannot be used as an integer"):
+        list(range(Value(3.0)))
+    with pytest.raises(TypeError, match=r"int\(v.data\)"):
+        [1, 2, 3][: Value(2.0)]
+    assert int(Value(2.7)) == 2  # an explicit conversion still works on an eager Value
 
 
 def test_in_place_operators_rebind():
@@ -485,6 +528,8 @@ def test_memory_returns_to_baseline_without_cyclic_gc():
         (lambda: "a" + Value(1), "str"),
         (lambda: Value(1) * None, "NoneType"),
         (lambda: Value(1) ** "a", "str"),
+        (lambda: Value(1) % "a", "str"),
+        (lambda: None // Value(1), "NoneType"),
         (lambda: Value(1) < "a", "str"),
         (lambda: Value(1) >= None, "NoneType"),
         (lambda: "a" > Value(1), "str"),
