@@ -106,10 +106,16 @@ def test_every_page_has_blocks_and_the_readme_shows_output():
     assert len(per_page["README.md"]) >= 8
     assert sum(out is not None for _, _, out in per_page["README.md"]) >= 8
     assert all(per_page[name] for name in ("api.md", "how-it-works.md", "distributed.md"))
-    for page in PAGES:  # (```py or ```python3 would hide a block from this test)
-        fences = re.findall(r"^( *)```(\w*)$", page.read_text(), re.M)
-        assert {lang for _, lang in fences} <= {"python", "text", ""}, page.name
-        assert all(not indent for indent, lang in fences if lang == "python"), page.name
+    for page in PAGES:
+        text = page.read_text()
+        # (```py or ```python3 would hide a block from this test)
+        langs = re.findall(r"^( *)```(\w*)$", text, re.M)
+        assert {lang for _, lang in langs} <= {"python", "text", ""}, page.name
+        assert all(not indent for indent, lang in langs if lang == "python"), page.name
+        fences = list(FENCE.finditer(text))
+        for a, b in zip(fences, fences[1:]):  # an output shown belongs to one Python block
+            together = not text[a.end() : b.start()].strip()
+            assert not (together and a.group(1) == b.group(1) == "text"), (page.name, b.group(2))
 
 
 def anchors(page: Path) -> set[str]:
