@@ -32,6 +32,7 @@ from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
 from .loops import batch_source, loop_source
+from .ops import OPS
 from .outputs import OutLayout, assemble, flatten_output
 from .reverse import grad_tape
 from .tape import COMPARE, CONST, Tape, forward_sweep
@@ -57,6 +58,10 @@ MAX_SPECIALISATIONS = 16
 #: loops as loops (``adcompile.loopgen``); off, or where that does not fold, the
 #: unrolled tape is differentiated and folded afterwards (``adcompile.fold``).
 LOOP_IR = os.environ.get("ADCOMPILE_LOOP_IR", "1") != "0"
+#: The ops adcompile defines (by identity): code of tapes of these only is kept on
+#: disk for other processes (an op a user defines may differ there).
+_BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
+
 #: A trace and compile still running after this many seconds says so on stderr
 #: (``ADCOMPILE_QUIET=1`` silences it).
 ANNOUNCE_AFTER = 1.0
@@ -1287,27 +1292,73 @@ class Transformed:
         params = self._params(self._names(len(args)), key)
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
         context = ("jit" if wrt is None else "vjp", params, positions, wrt)
-        compiled = self._shared(tape, context, lambda: self._build(tape, key, params, positions))
+        fname = self._fname_doc()[0]
+
+        def restore(record: dict) -> Any:
+            from .jit import LoopCompiled
+
+            if record.get("kind") != "loops":
+                raise ValueError(record.get("kind"))
+            unrolled = self._unrolled(tape, positions)
+            compiled = LoopCompiled.restored(record, params, fname, unrolled)
+            self._stages.update(compiled.timings)
+            return compiled
+
+        compiled = self._shared(
+            tape, context, lambda: self._build(tape, key, params, positions), restore
+        )
         spec = Specialisation(tape, compiled, layout, self.mode, self._many)
         return self._keep(key, spec)
 
-    def _shared(self, tape: Tape, context: tuple, build: Callable[[], Any]) -> Any:
+    def _shared(
+        self,
+        tape: Tape,
+        context: tuple,
+        build: Callable[[], Any],
+        restore: Callable[[dict], Any] | None = None,
+    ) -> Any:
         """The compiled code of ``tape`` (in ``context``: parameters, what is
         differentiated): made by ``build()``, or the code an earlier trace of the same
         tape made, in this transform or another of the same function (``grad`` then
         ``value_and_grad`` of one function compile once). The code depends only on
-        the tape and the context (and the compile settings, counted too)."""
-        from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, shared_code  # (values now)
+        the tape and the context (and the compile settings and adcompile's own
+        code, counted too). With ``restore``, code folded into loops is also kept
+        on disk (``jit.write_record``): a later process that traces the same tape
+        skips every pass after tracing (``restore(record)``)."""
+        from .jit import (
+            FOLD_MIN_SLOTS,
+            STRAIGHT_LINE_LIMIT,
+            code_version,
+            read_record,
+            shared_code,
+            write_record,
+        )
 
         clock = time.perf_counter()
-        settings = (
-            id(self._namefun),  # shared between transforms of one function
-            STRAIGHT_LINE_LIMIT,
-            FOLD_MIN_SLOTS,
-            LOOP_IR,
-        )
+        settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, LOOP_IR, code_version())
         digest, ops = tape.digest(repr((context, settings)))
-        compiled, hit = shared_code(digest, ops, len(tape), build)
+        on_disk = restore is not None and all(id(op) in _BUILTIN_OPS for op in ops)
+
+        def made() -> Any:
+            if on_disk:
+                record = read_record(digest)
+                if record is not None:
+                    try:
+                        compiled = restore(record)
+                    except Exception:  # (a record of another kind or damaged: made again)
+                        pass
+                    else:
+                        self._stages["restored from the disk cache"] = (
+                            time.perf_counter() - clock
+                        )
+                        return compiled
+            compiled = build()
+            if on_disk and hasattr(compiled, "record"):
+                write_record(digest, compiled.record())
+            return compiled
+
+        # shared between transforms of one function (each test's own functions)
+        compiled, hit = shared_code(f"{digest}:{id(self._namefun)}", ops, len(tape), made)
         if hit:
             self._stages["code shared with an earlier trace"] = time.perf_counter() - clock
         return compiled
@@ -1393,11 +1444,13 @@ class Transformed:
             return None
         if loops is None:
             return None
+        return LoopCompiled(loops, params, fname, self._unrolled(tape, positions))
+
+    def _unrolled(self, tape: Tape, positions: list[int]) -> Callable[[], Tape]:
+        """What makes the unrolled tape of the code's outputs, when asked for."""
         if self.mode == "jit":
-            unrolled = lambda: tape  # noqa: E731
-        else:
-            unrolled = lambda: grad_tape(tape, wrt=positions)  # noqa: E731
-        return LoopCompiled(loops, params, fname, unrolled)
+            return lambda: tape
+        return lambda: grad_tape(tape, wrt=positions)
 
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (under an outer transform, or eagerly): replay the tape

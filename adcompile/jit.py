@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import importlib.util
+import json
 import linecache
 import os
 import sys
@@ -476,6 +478,55 @@ def shared_code(
     return compiled, False
 
 
+#: The version of the code that makes records (``read_record``): a hash of
+#: adcompile's own source files, so that a record never outlives the printer
+#: that wrote it.
+_code_version: str | None = None
+
+
+def code_version() -> str:
+    """A hash of the source of every module of adcompile (read once per process)."""
+    global _code_version
+    if _code_version is None:
+        h = hashlib.blake2b(digest_size=12)
+        for path in sorted(Path(__file__).parent.glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+        _code_version = h.hexdigest()
+    return _code_version
+
+
+def _record_path(digest: str) -> Path | None:
+    root = _disk_dir()
+    return None if root is None else root / "tapes" / f"{digest}.json"
+
+
+def read_record(digest: str) -> dict | None:
+    """What was kept of the code compiled from the tape of ``digest`` (by
+    :func:`write_record`, in this process or another), or None."""
+    path = _record_path(digest)
+    if path is None:
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or damaged: made again
+        return None
+    return record if isinstance(record, dict) and record.get("digest") == digest else None
+
+
+def write_record(digest: str, record: dict) -> None:
+    """Keep ``record`` (plain JSON data) for the tape of ``digest`` in the cache
+    directory; a directory that cannot take it is warned about once, as for sources."""
+    path = _record_path(digest)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(exist_ok=True)
+        _write_atomic(path, json.dumps({**record, "digest": digest}))
+    except OSError as e:
+        _disk_failed(path.parent.parent, e, "a record of compiled code")
+
+
 def forget_shared_code() -> None:
     """Forget the compiled code kept for later traces of the same tapes."""
     global _shared_slots
@@ -830,6 +881,39 @@ class LoopCompiled:
         self.folded = self
         self._unrolled = unrolled
         self._tape: Tape | None = None
+
+    def record(self) -> dict:
+        """What :meth:`restored` needs to make this code again, as JSON data."""
+        return {
+            "kind": "loops",
+            "source": self.source,
+            "explanation": self.explanation,
+            "columns": np.asarray(self.columns).tolist(),
+            "columns_dtype": str(np.asarray(self.columns).dtype),
+            "work_size": int(self.work_size),
+            "n_out": int(self.n_out),
+        }
+
+    @classmethod
+    def restored(
+        cls, record: dict, params: Sequence[Param], fname: str, unrolled: Callable
+    ) -> LoopCompiled:
+        """The code a :meth:`record` describes, compiled (or loaded from Numba's cache)
+        without folding the tape again."""
+        self = cls.__new__(cls)
+        self.params = list(params)
+        self.source, self.explanation = record["source"], record["explanation"]
+        self.program = self.grad = None  # (not kept: only the loop printer reads them)
+        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
+        self.work_size, self.n_out = record["work_size"], record["n_out"]
+        clock = time.perf_counter()
+        self.fn = compile_folded_source(self.source, fname, [], params)
+        self.timings = {"compile": time.perf_counter() - clock}
+        self.local = threading.local()
+        self.folded = self
+        self._unrolled = unrolled
+        self._tape = None
+        return self
 
     @property
     def tape(self) -> Tape:

@@ -117,9 +117,16 @@ def child(name: str, n: int) -> dict[str, Any]:
 
     f, args, check = _case(name, n)
     start = time.perf_counter()
-    value, grad = ad.value_and_grad(f)(*args)
+    vg = ad.value_and_grad(f)
+    value, grad = vg(*args)
     first = time.perf_counter() - start
-    return {"import_s": start - t0, "first_call_s": first, "rel_err": check(value, grad)}
+    trace = sum(e.stages.get("trace", e.stages.get("trace and detect", 0.0)) for e in vg.events)
+    return {
+        "import_s": start - t0,
+        "first_call_s": first,
+        "trace_s": trace,
+        "rel_err": check(value, grad),
+    }
 
 
 def spawn(name: str, n: int, cache: str) -> dict[str, Any]:
@@ -141,17 +148,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
     if opts.child:
         print(json.dumps(child(*json.loads(opts.child))))
         return
-    print("| case | n | cold first call s | warm first call s | import s | rel err |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| case | n | cold first call s | warm first call s | of which tracing s | "
+        "warm minus tracing s | import s | rel err |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name in opts.case or CASES:
         n = CASES[name]
         with tempfile.TemporaryDirectory() as cache:
             cold, warm = spawn(name, n, cache), spawn(name, n, cache)
         if "error" in cold or "error" in warm:
-            print(f"| {name} | {n:,} | {cold.get('error', '')} | {warm.get('error', '')} | | |")
+            print(
+                f"| {name} | {n:,} | {cold.get('error', '')} | {warm.get('error', '')} "
+                "| | | | |"
+            )
             continue
         print(
             f"| {name} | {n:,} | {cold['first_call_s']:.2f} | {warm['first_call_s']:.2f} | "
+            f"{warm['trace_s']:.2f} | {warm['first_call_s'] - warm['trace_s']:.2f} | "
             f"{cold['import_s']:.2f} | {max(cold['rel_err'], warm['rel_err']):.1e} |",
             flush=True,
         )

@@ -154,3 +154,86 @@ def test_the_direct_entry_compiles_in_the_background():
     vg.wait_for_entries()
     assert "a direct entry" in ad.explain(vg)
     np.testing.assert_allclose(vg(x)[1], rosen_grad(x), rtol=1e-12, atol=1e-9)
+
+
+RESTORED = "restored from the disk cache"
+
+CHILD = """
+import json, sys
+import numpy as np
+import adcompile as ad
+
+def rosen(x):
+    return sum(100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(len(x) - 1))
+
+x = np.linspace(-1.2, 1.1, 300)
+vg = ad.value_and_grad(rosen)
+value, g = vg(x)
+print(json.dumps({"stages": list(vg.events[-1].stages), "value": value, "grad": g.tolist()}))
+"""
+
+
+def _child(cache: str) -> dict:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=cache, ADCOMPILE_QUIET="1")
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_restores_folded_code_without_folding_again(tmp_path):
+    """Item 16: the code folded from a tape is kept on disk by the tape's digest; a
+    fresh process that traces the same tape skips every pass after tracing."""
+    x = np.linspace(-1.2, 1.1, 300)
+    cold = _child(str(tmp_path))
+    assert RESTORED not in cold["stages"] and "detect" in cold["stages"]
+    records = list((tmp_path / "tapes").glob("*.json"))
+    assert len(records) == 1
+    warm = _child(str(tmp_path))
+    assert RESTORED in warm["stages"] and "detect" not in warm["stages"]
+    for run in (cold, warm):
+        assert run["value"] == pytest.approx(rosen(x), rel=1e-12)
+        np.testing.assert_allclose(run["grad"], rosen_grad(x), rtol=1e-12, atol=1e-9)
+    records[0].write_text("{ damaged")  # a damaged record: folded again, and kept anew
+    again = _child(str(tmp_path))
+    assert RESTORED not in again["stages"]
+    np.testing.assert_allclose(again["grad"], rosen_grad(x), rtol=1e-12, atol=1e-9)
+    assert RESTORED in _child(str(tmp_path))["stages"]
+
+
+def test_code_of_a_users_own_op_is_not_kept_on_disk(tmp_path, monkeypatch):
+    """An op a user defines may be another op in another process: its tapes' code
+    is shared in this process only."""
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
+
+    class Quartic(ad.Function):
+        name = "quartic_first_calls_test"
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return g * 4 * x * x * x
+
+    def f(x):
+        return sum(Quartic.apply(x[i]) * x[i + 1] for i in range(len(x) - 1))
+
+    x = np.linspace(-1.0, 1.0, 300)
+    grad = ad.grad(f)
+    g = grad(x)
+    assert grad.last.compiled.kind == "folded"  # (a builtin op's would be kept)
+    want = np.zeros_like(x)
+    want[:-1] += 4 * x[:-1] ** 3 * x[1:]
+    want[1:] += x[:-1] ** 4
+    np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+    assert not list(tmp_path.glob("tapes/*.json"))
