@@ -407,7 +407,7 @@ def _sympy_derivatives(
         return None
     import sympy
 
-    from .symbolic import tape_to_sympy
+    from .symbolic import limit_at, tape_to_sympy
 
     symbols = [sympy.Symbol(n, real=True) for n in tape.names]
     exprs = tape_to_sympy(tape, symbols)
@@ -422,16 +422,29 @@ def _sympy_derivatives(
         return None
     subs = {s: sympy.Float(float(v), 30) for s, v in zip(symbols, point)}
     poles: set[tuple] = set()
+    at = dict(zip(symbols, point))
 
     def at_point(e: Any, where: tuple) -> float:
         if clock is not None and clock.over():
             raise _OverTime
         try:
-            z = complex(e.evalf(30, subs=subs))
+            z, pole = complex(e.evalf(30, subs=subs)), False
         except ZeroDivisionError:  # mpmath's, at a pole such as 1/y at y = 0
+            z, pole = complex(math.nan), True
+        real = abs(z.imag) <= 1e-12 * max(1.0, abs(z.real))
+        if real and math.isfinite(z.real):
+            return z.real
+        # undefined as written (x**y * log(x) at x = 0): its limit, where it has one
+        value, how = limit_at(e, {s: at[s] for s in e.free_symbols if s in at})
+        if how:
+            note = f"sympy: undefined here as written, taken as its {how}"
+            if note not in notes:
+                notes.append(note)
+            return value
+        if pole:
             poles.add(where)
             return math.nan
-        return z.real if abs(z.imag) <= 1e-12 * max(1.0, abs(z.real)) else math.nan
+        return z.real if real else math.nan
 
     wrt = [symbols[p] for p in positions]
     try:
@@ -476,8 +489,7 @@ def _kinks(tape: Tape) -> list[Any]:
 
 def _switch(vals: list[float], node: Any) -> float:
     """Where a non-smooth op is relative to its kink: its operand, or ``a - b``."""
-    a = node.args
-    return vals[a[0]] if len(a) == 1 else vals[a[0]] - vals[a[1]]
+    return node.op.switch(*[vals[a] for a in node.args])
 
 
 class Clock:

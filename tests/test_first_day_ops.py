@@ -86,11 +86,6 @@ def test_pow_at_zero_has_the_limit_gradient_in_every_adjoint_method():
     assert (x.grad, y.grad) == (0.0, 0.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs check.py to take SymPy's limit where its derivative is undefined as "
-    "written (x**y*log(x) at x = 0): symbolic.limit_at; issue 28 item 2",
-)
 def test_adcompile_check_x_pow_y_at_zero_is_ok_not_singular(capsys):
     assert check("check", "x**y", "--at", "x=0,y=2") == 0
     out = capsys.readouterr().out
