@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .codegen import GUARD_IFS, Param, py_ident, strip_parens
+from .codegen import GUARD_IFS, Param, literal, py_ident, strip_parens
 from .passes import zero_flow
 from .segments import (
     INPUT_CLASS,
@@ -401,7 +401,7 @@ class FoldGenerator:
     def expr(self, d: tuple, sid: int = -1) -> str:
         kind, r = d[0], self.rname
         if kind == "lit":
-            return repr(d[1])
+            return literal(d[1])
         if kind == "line":
             return self.line_names[d[1]]
         if kind == "local":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .codegen import GUARD_IFS, Param, strip_parens
+from .codegen import GUARD_IFS, Param, literal, strip_parens
 from .loopgrad import Adjoint, GradProgram, Unit, units
 from .loopir import (
     Affine,
@@ -155,7 +155,7 @@ class _Gen(Layout):
     def ref(self, r: Read, var: str | None, u: Unit | None = None, k: int = -1) -> str:
         """How a read reads at repetition ``var``."""
         if type(r) is Lit:
-            return repr(r.value)
+            return literal(r.value)
         if type(r) is Arg:
             if self.ctx:
                 return self.ctx.ref_arg(r, var)
@@ -283,7 +283,7 @@ class _Gen(Layout):
         operand: dict[int, str] = {}
         for j, node in enumerate(body.nodes):
             if node.op == CONST:
-                operand[j] = repr(node.value)
+                operand[j] = literal(node.value)
         prelude, tail = [], []
         first = self._first_prev(u)
         for k, j in enumerate(body.inputs):
@@ -506,7 +506,7 @@ class _Gen(Layout):
                 continue
             node = body.nodes[j]
             if node.op == CONST:
-                operand[s] = repr(node.value)
+                operand[s] = literal(node.value)
             elif j in input_of:
                 k = input_of[j]
                 r = u.reads[k]
@@ -575,7 +575,7 @@ class _Gen(Layout):
             if s in operand or s in adj.primal:  # (a forward value the vjp does not read)
                 continue
             if node.op == CONST:
-                operand[s] = repr(node.value)
+                operand[s] = literal(node.value)
                 continue
             if node.op == INPUT:  # a read the vjp does not need (kept by prune)
                 continue

@@ -10,6 +10,7 @@ tape, against hand-derived gradients and against finite differences.
 from __future__ import annotations
 
 import importlib
+import math
 
 import numpy as np
 import pytest
@@ -684,3 +685,25 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
     importlib.import_module("adcompile.jit").forget_shared_code()
     with pytest.raises(KeyError, match="a bug"):
         ad.value_and_grad(rosen)(x)
+
+
+def test_an_infinite_constant_in_a_folded_loop_compiles():
+    """Constants are printed as literals of generated code (math.inf, not inf): a
+    loop comparing with, or taking the minimum with, infinity folds and compiles."""
+
+    def f(x):
+        s = 0.0
+        for i in range(len(x) - 1):
+            t = x[i] * x[i + 1]
+            s = s + (t if t < math.inf else 0.0) + ad.minimum(x[i], math.inf) * 0.5
+        return s
+
+    x = np.linspace(-1.0, 1.0, 400)
+    vg = ad.value_and_grad(f)
+    value, g = vg(x)
+    assert vg.last.compiled.kind == "folded"
+    assert value == pytest.approx(f(x), rel=1e-12)
+    want = np.zeros_like(x)
+    want[:-1] += x[1:] + 0.5
+    want[1:] += x[:-1]
+    np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
