@@ -94,7 +94,12 @@ def py_ident(name: str) -> str:
 
 def literal(value: float, lang: str = "python") -> str:
     """A float as a literal of generated code (``math.inf`` / C's ``INFINITY``;
-    a negative number parenthesised in C, where ``--1.0`` would not parse)."""
+    a negative number parenthesised in C, where ``--1.0`` would not parse). A
+    float subclass with its own text (``loopir.NFloat``, a number in the batch
+    length ``n``) is printed as that text."""
+    expr = getattr(value, "expr", None)
+    if expr is not None:  # (loopir.NFloat)
+        return expr
     if value != value:
         return "math.nan" if lang == "python" else "NAN"
     if value in (math.inf, -math.inf):
