@@ -44,7 +44,15 @@ ALIASES = {
 }
 #: Names that are constants, not variables: ``e`` is Euler's number, as ``E`` (SymPy's name).
 CONSTANTS = {"pi": math.pi, "e": math.e, "E": math.e}
-_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_BINOPS = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.Pow: "**",
+    ast.Mod: "%",
+    ast.FloorDiv: "//",
+}
 
 
 class FormulaError(ValueError):

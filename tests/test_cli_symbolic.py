@@ -261,3 +261,16 @@ def test_check_says_once_that_the_cache_cannot_be_used(tmp_path, monkeypatch, ca
     lines = [line for line in err.splitlines() if "cache directory" in line]
     assert len(lines) == 1 and lines[0].startswith("adcompile: warning: ")
     assert "is a file" in lines[0] and "in memory" in lines[0]
+
+
+def test_check_takes_mod_and_floor_division(capsys):
+    """% and // in formulas (the op table has them): d/dx (x % y + (x // y) x) =
+    1 + x // y, d/dy = -(x // y), as JAX."""
+    assert run("check", "x % y + x // y * x", "--at", "x=5.5,y=2") == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split()[0]: line.split()[1:5] for line in out.splitlines() if line[:2] in ("x ", "y ")
+    }
+    assert [float(v) for v in rows["x"]] == [3.0] * 4
+    assert [float(v) for v in rows["y"]] == [-2.0] * 4
+    assert out.rstrip().endswith("OK")
