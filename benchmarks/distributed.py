@@ -2,7 +2,7 @@
 
 Measures, on local clusters of 1 and 2 worker processes (1 thread each):
 
-- the MLP loss of WORKLOADS.md ``mlp`` (2-16-16-1, hinge loss plus weight
+- the MLP loss of benchmarks/README.md ``mlp`` (2-16-16-1, hinge loss plus weight
   decay, two moons) at n = 100,000 and 1,000,000: one value-and-gradient
   call of ``adcompile.distributed.value_and_grad`` against single-process
   ``ad.value_and_grad`` (the answers are checked to agree);

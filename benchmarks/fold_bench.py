@@ -15,7 +15,7 @@ timed in alternating rounds in one process, so that their ratio does not
 depend on how loaded the machine was at two different moments. Every answer is checked against the
 hand-derived references of ``benchmarks/workloads.py`` (relative error < 1e-8).
 
-Cases (WORKLOADS.md): rosenbrock n = 1000, 10000 written as a Python loop
+Cases (benchmarks/README.md): rosenbrock n = 1000, 10000 written as a Python loop
 (``workloads.rosenbrock_scalar``) and as NumPy on the object array; chain
 n = 100,000; compile scaling N = 100 .. 100,000 (random tapes, which do not
 fold): trace and gradient-tape time, the fold scan, and nanoseconds per

@@ -8,7 +8,7 @@ float64 inputs, and every answer is checked against a NumPy formula derived
 by hand (relative error under 1e-8, norm-wise); a wrong answer is reported
 as wrong, not timed. Cases:
 
-- ``hvp``: the Hessian of Rosenbrock (WORKLOADS.md) at ``x[i] = 0.9 cos(i)``
+- ``hvp``: the Hessian of Rosenbrock (benchmarks/README.md) at ``x[i] = 0.9 cos(i)``
   times ``v[i] = sin(i)``, n = 100 and 1,000: ``ad.hvp(f)``, a hand-written
   Numba product (the Hessian is tridiagonal), ``jax.jit`` of
   ``jax.jvp(jax.grad(f))`` and ``torch.func.jvp(torch.func.grad(f))``;
@@ -70,7 +70,7 @@ class Skip(Exception):
 
 
 def rosen(x: Any) -> Any:
-    """Rosenbrock as scalar Python (WORKLOADS.md), for adcompile."""
+    """Rosenbrock as scalar Python (benchmarks/README.md), for adcompile."""
     return W.rosenbrock_scalar(x)
 
 

@@ -1,8 +1,8 @@
-"""The four benchmark workloads of WORKLOADS.md, their inputs and their references.
+"""The four benchmark workloads of benchmarks/README.md, their inputs and their references.
 
 Everything is float64. Each workload has
 
-- its inputs, built here exactly as WORKLOADS.md defines them;
+- its inputs, built here exactly as benchmarks/README.md defines them;
 - a plain-Python reference value and gradient, derived by hand (no autodiff,
   no NumPy in the arithmetic), that every system's answer is checked against;
 - the scalar program written once as ordinary Python over scalar-like
@@ -62,7 +62,7 @@ import numpy as np
 
 WORKLOADS = ("rosenbrock", "mlp", "chain", "compile")
 
-#: The sizes of WORKLOADS.md.
+#: The sizes of benchmarks/README.md.
 SIZES: dict[str, tuple[int, ...]] = {
     "rosenbrock": (10, 100, 1000, 10000),
     "mlp": (100, 1000),
@@ -367,7 +367,7 @@ class Program:
 
 
 def compile_program(N: int) -> Program:
-    """The random tape of WORKLOADS.md "compile scaling", seed 0."""
+    """The random tape of benchmarks/README.md "compile scaling", seed 0."""
     rng = np.random.default_rng(0)
     x = rng.uniform(0.5, 1.5, size=4)
     op = rng.integers(0, 4, size=N)

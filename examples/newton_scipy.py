@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--n", type=int, default=1000, help="dimension (default 1000)")
     n = ap.parse_args().n
 
-    x0 = 0.9 * np.cos(np.arange(n))  # WORKLOADS.md's starting point
+    x0 = 0.9 * np.cos(np.arange(n))  # benchmarks/README.md's starting point
     t0 = time.perf_counter()
     res = minimize(
         ad.value_and_grad(rosen),

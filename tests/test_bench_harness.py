@@ -1,6 +1,6 @@
 """Tests of the benchmark harness (benchmarks/), on the smallest sizes.
 
-Not timing tests: they check that the workloads are what WORKLOADS.md
+Not timing tests: they check that the workloads are what benchmarks/README.md
 defines, that the reference check catches a wrong gradient, and that a
 missing system, a crash, a RecursionError and a hang are each recorded and
 the run goes on.
@@ -88,7 +88,7 @@ def test_chain_reference():
     ref = W.chain_reference(W.CHAIN_CHECK_N)
     assert ref.value == W.chain_scalar(0.3, W.CHAIN_CHECK_N, math.sin)
     assert 1e-14 < float(ref.grad) < 2e-14  # "about 1.5e-14"
-    assert float(W.chain_reference(1000).grad) == 0.0  # underflows, as WORKLOADS.md says
+    assert float(W.chain_reference(1000).grad) == 0.0  # underflows, as benchmarks/README.md says
 
 
 def test_compile_program_and_reference():
