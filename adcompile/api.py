@@ -538,6 +538,9 @@ class Transformed:
         self._lock = threading.Lock()
         self._heating: threading.Thread | None = None  # a direct entry being compiled
         self._heat_error: Exception | None = None  # what failed there (strict mode)
+        # False: a direct entry compiles in the call that made it hot (check mode,
+        # whose eager runs beside each call would disturb its timing, entries.worth_it)
+        self.background_entries = True
         # code generic in the batch length, per argument structure (None: not possible)
         self._batches: dict[tuple, Any] = {}
         # what fun reads from outside its arguments (found on the first call)
@@ -655,6 +658,7 @@ class Transformed:
         )
         variant._name, variant._namefun = self._name, self._namefun
         variant._argnames = list(plan.names)
+        variant.background_entries = self.background_entries
         return variant
 
     def _adopting(self, call: Callable[[], Any]) -> Any:
@@ -746,7 +750,7 @@ class Transformed:
         """``spec`` has been called ``HOT_CALLS`` times: give it a direct entry,
         compiled in a thread of its own (``entries.BACKGROUND``): the calls go on
         by the entry they have until it is ready."""
-        if not entries.BACKGROUND:
+        if not (entries.BACKGROUND and self.background_entries):
             self._heat_now(spec, key)
             return
         thread = threading.Thread(
@@ -853,9 +857,11 @@ class Transformed:
 
     def _like(self, fun: Callable) -> Transformed:
         """The same transform of another function."""
-        return Transformed(
+        like = Transformed(
             fun, self.argnums, self.mode, self.debug_nans, self.leaves, self._static
         )
+        like.background_entries = self.background_entries
+        return like
 
     # ---- what fun reads from outside its arguments (adcompile.captures)
 
@@ -1348,9 +1354,7 @@ class Transformed:
                     except Exception:  # (a record of another kind or damaged: made again)
                         pass
                     else:
-                        self._stages["restored from the disk cache"] = (
-                            time.perf_counter() - clock
-                        )
+                        self._stages["restored from the disk cache"] = time.perf_counter() - clock
                         return compiled
             compiled = build()
             if on_disk and hasattr(compiled, "record"):

@@ -100,6 +100,7 @@ class Checked:
 
     def __init__(self, inner: Transformed) -> None:
         object.__setattr__(self, "_inner", inner)
+        inner.background_entries = False  # (the eager runs would disturb its timing)
         for name in ("__name__", "__qualname__", "__doc__"):
             value = getattr(inner, name, None)
             if value is not None:
