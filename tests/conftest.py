@@ -13,6 +13,7 @@ from scipy.special import expit
 # with a warning as it does for users.
 os.environ.setdefault("ADCOMPILE_STRICT", "1")
 
+
 @pytest.fixture(autouse=True)
 def _no_code_shared_between_tests():
     """Each test compiles its own code: code kept for later traces of the same tape
@@ -103,7 +104,33 @@ NUMPY_REF: dict[str, Callable[..., float]] = {
     "minimum": np.minimum,
     "sign": np.sign,
     "step": lambda x: np.heaviside(x, 0.0),
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "trunc": np.trunc,
+    "rint": np.rint,
+    "floor_divide": np.floor_divide,
+    "remainder": np.remainder,
 }
+
+
+def build_c(tmp_path, src: str, name: str):  # noqa: ANN201 (a ctypes.CDLL)
+    """Compile C99 source ``src`` (exported code) to a shared library and load it;
+    skip the test where there is no C compiler."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) found")
+    c, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+    c.write_text(src)
+    flags = ["-O2", "-shared", "-fPIC", "-std=c99", "-Werror", "-Wall"]
+    done = subprocess.run(
+        [cc, *flags, "-o", str(so), str(c), "-lm"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return ctypes.CDLL(str(so))
 
 
 def numpy_ref(name: str, *args: float) -> float:

@@ -14,13 +14,13 @@ import importlib.util
 import json
 import math
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import build_c
 from hypothesis import HealthCheck, given, settings
 from test_fuzz import _args, _compile, programs
 
@@ -370,30 +370,7 @@ def test_fuzz_programs_exported_agree(src, x, y, a):
 
 
 def build(tmp_path: Path, src: str, name: str) -> ctypes.CDLL:
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) found")
-    c, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
-    c.write_text(src)
-    done = subprocess.run(
-        [
-            cc,
-            "-O2",
-            "-shared",
-            "-fPIC",
-            "-std=c99",
-            "-Werror",
-            "-Wall",
-            "-o",
-            str(so),
-            str(c),
-            "-lm",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    return ctypes.CDLL(str(so))
+    return build_c(tmp_path, src, name)
 
 
 P = ctypes.POINTER(ctypes.c_double)

@@ -13,14 +13,13 @@ import argparse
 import ctypes
 import inspect
 import math
-import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sympy
+from conftest import NUMPY_REF, build_c
 
 import adcompile as ad
 from adcompile import interpret
@@ -30,16 +29,9 @@ from adcompile.symbolic import from_sympy, limit_at
 
 INF, NAN = math.inf, math.nan
 SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 2.5, 3.0, -7.25, 1e300, -1e300, INF, -INF, NAN]
-NUMPY = {
-    "floor": np.floor,
-    "ceil": np.ceil,
-    "trunc": np.trunc,
-    "rint": np.rint,
-    "floor_divide": np.floor_divide,
-    "remainder": np.remainder,
-}
 NEW_UNARY = ["floor", "ceil", "trunc", "rint"]
 NEW_BINARY = ["floor_divide", "remainder"]
+NUMPY = {name: NUMPY_REF[name] for name in NEW_UNARY + NEW_BINARY}
 
 
 def same_bits(a: float, b: float) -> bool:
@@ -352,17 +344,7 @@ def test_compiled_rounding_at_every_half_and_near_2_to_the_52():
 
 
 def build(tmp_path: Path, src: str, name: str) -> ctypes.CDLL:
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (cc) found")
-    c, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
-    c.write_text(src)
-    flags = ["-O2", "-shared", "-fPIC", "-std=c99", "-Werror", "-Wall"]
-    done = subprocess.run(
-        [cc, *flags, "-o", str(so), str(c), "-lm"], capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr
-    return ctypes.CDLL(str(so))
+    return build_c(tmp_path, src, name)
 
 
 def test_c_export_of_rounding_and_remainder_matches_numpy(tmp_path):
