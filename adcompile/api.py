@@ -418,6 +418,7 @@ class AtLength:
     def __init__(self, gen: Any, n: int) -> None:
         self.gen, self.n = gen, n
         self.kind, self.source, self.explanation = gen.kind, gen.source, gen.explanation
+        self.n_out = gen.n_out  # (vmap sizes its outputs by it)
         self.tape = gen.tape
 
     def call(self, *args: Any) -> tuple[bool, np.ndarray]:

@@ -163,3 +163,19 @@ def test_vmap_of_vmap():
     m = RNG.normal(size=(4, 5, 2))
     got = ad.vmap(ad.vmap(lambda p: p[0] * ad.exp(p[1])))(m)
     np.testing.assert_allclose(got, m[..., 0] * np.exp(m[..., 1]), rtol=1e-15)
+
+
+def test_vmap_of_grad_with_a_shared_batch_of_16_rows_or_more():
+    """A shared argument of 16 rows or more makes the inner gradient's code generic in
+    the batch length (an ``AtLength``); vmap sizes its outputs from it (it raised
+    AttributeError: 'AtLength' object has no attribute 'n_out')."""
+
+    def f(w, X):
+        return np.mean((X @ w) ** 2)
+
+    W = np.random.default_rng(0).normal(size=(5, 3))
+    for rows in (16, 20, 33):
+        X = np.random.default_rng(rows).normal(size=(rows, 3))
+        g = ad.vmap(ad.grad(f), in_axes=(0, None))(W, X)
+        want = np.array([2 * X.T @ (X @ w) / rows for w in W])  # d/dw mean((Xw)^2)
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-14)
