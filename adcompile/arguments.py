@@ -129,14 +129,15 @@ class Plan:
     dynamic: list[int]  # the positions of the dynamic arguments in the call
     statics: dict[int, Any]  # position -> value of each static argument
 
+    def _leaves_of(self, p: int) -> range:
+        """The leaves of the argument at position ``p`` of the call."""
+        k = self.dynamic.index(p)
+        end = self.starts[k + 1] if k + 1 < len(self.starts) else len(self.leaves)
+        return range(self.starts[k], end)
+
     def leaf_argnums(self, wrt: Sequence[int]) -> tuple[int, ...]:
         """The leaves of the differentiated arguments (positions in the call)."""
-        out: list[int] = []
-        for p in wrt:
-            k = self.dynamic.index(p)
-            end = self.starts[k + 1] if k + 1 < len(self.starts) else len(self.leaves)
-            out.extend(range(self.starts[k], end))
-        return tuple(out)
+        return tuple(j for p in wrt for j in self._leaves_of(p))
 
     def regroup(self, result: Any, mode: str, wrt: Sequence[int], many: bool) -> Any:
         """A result over leaves (``argnums`` = ``leaf_argnums(wrt)``, a tuple) as the
@@ -144,13 +145,11 @@ class Plan:
         if mode == "jit":
             return result
         value, grads = result if mode == "value_and_grad" else (None, result)
-        grads = list(grads)
+        it = iter(grads)
         shaped = []
         for p in wrt:
-            k = self.dynamic.index(p)
-            end = self.starts[k + 1] if k + 1 < len(self.starts) else len(self.leaves)
-            mine = [cast_like(grads.pop(0), self.leaves[j]) for j in range(self.starts[k], end)]
-            shaped.append(unflatten(self.trees[k], iter(mine)))
+            mine = [cast_like(next(it), self.leaves[j]) for j in self._leaves_of(p)]
+            shaped.append(unflatten(self.trees[self.dynamic.index(p)], iter(mine)))
         g = tuple(shaped) if many else shaped[0]
         return g if mode == "grad" else (value, g)
 

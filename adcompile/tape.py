@@ -153,9 +153,9 @@ class Tape:
         ops = list(map(itemgetter(0), nodes))
         args = list(map(itemgetter(1), nodes))
         ids = np.frombuffer(array("q", map(id, ops)), dtype=np.int64)
-        distinct, codes = np.unique(ids, return_inverse=True)
-        by_id = {id(op): op for op in (ops[k] for k in np.unique(codes, return_index=True)[1])}
-        names = [_op_name(by_id[int(i)]) for i in distinct]
+        _, first, codes = np.unique(ids, return_index=True, return_inverse=True)
+        distinct = [ops[k] for k in first]  # one node's op per distinct op
+        names = [_op_name(op) for op in distinct]
         rank = np.empty(len(names), dtype=np.int64)
         rank[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
         h = hashlib.blake2b(digest_size=20)
@@ -166,7 +166,7 @@ class Tape:
         h.update(array("d", map(itemgetter(2), nodes)).tobytes())
         tail = (self.inputs, self.outputs, [tuple(g[:4]) for g in self.guards], self.tree)
         h.update(repr((tail, self.hoisted, context)).encode())
-        return h.hexdigest(), [op for op in by_id.values() if isinstance(op, Op)]
+        return h.hexdigest(), [op for op in distinct if isinstance(op, Op)]
 
     # SymPy is imported on use, so that importing the tape never pulls it in.
 
