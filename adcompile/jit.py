@@ -456,9 +456,7 @@ SHARED_CODES = 256
 SHARED_MAX_SLOTS = 2_000_000
 
 
-def shared_code(
-    digest: str, ops: list, size: int, build: Callable[[], Any]
-) -> tuple[Any, bool]:
+def shared_code(digest: str, ops: list, size: int, build: Callable[[], Any]) -> tuple[Any, bool]:
     """The compiled code kept for ``digest`` (and True), or ``build()``'s, then kept
     (and False). ``ops`` are the tape's ops (kept alive with it: an op is told
     apart by identity too), ``size`` its slots."""
@@ -592,14 +590,14 @@ class Compiled:
         self.n_out = len(tape.outputs)
         self._source: str | None = None
         plan = None
+        if force in (None, "folded") and len(tape) >= FOLD_MIN_SLOTS:
+            from .loops import loop_source  # the value code of the tape, folded into loops
+
+            plan = loop_source(tape, params, None, fname, doc, STRAIGHT_LINE_LIMIT)
         if force is None:
             kind = "straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter"
-            if len(tape) >= FOLD_MIN_SLOTS:
-                from .fold import plan as fold_plan
-
-                plan = fold_plan(tape, params, fname, doc, STRAIGHT_LINE_LIMIT)
-                if plan.worth_it(STRAIGHT_LINE_LIMIT):
-                    kind = "folded"
+            if plan is not None:
+                kind = "folded"
         elif force in ("straight-line", "folded", "interpreter"):
             kind = force
         else:
@@ -608,7 +606,9 @@ class Compiled:
             )
         self.kind = kind
         if kind == "folded":
-            folded = self.folded = FoldedFunction(tape, params, fname, doc, segments=plan)
+            if plan is None:
+                raise ValueError(f"force='folded': the tape of {fname} does not fold into loops")
+            folded = self.folded = LoopCompiled(plan, params, fname, lambda: tape)
             self.explanation = folded.explanation
             self.source = folded.source
             self.call = folded.call
@@ -617,7 +617,7 @@ class Compiled:
                 "as asked"
                 if force
                 else "no repeated segments worth folding into loops"
-                if plan is not None
+                if len(tape) >= FOLD_MIN_SLOTS
                 else f"tapes under {FOLD_MIN_SLOTS} slots are not searched for loops"
             )
             self.explanation = (
@@ -640,7 +640,11 @@ class Compiled:
                 if force
                 else f": straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
                 "to compile"
-                + (", and folding repeated segments would not shorten it enough." if plan else ".")
+                + (
+                    ", and folding repeated segments would not shorten it enough."
+                    if len(tape) >= FOLD_MIN_SLOTS
+                    else "."
+                )
             )
             self._header = _comment(f"{fname}: {self.explanation}")  # (source: on use)
             self._run, self._check = interpreter()

@@ -41,6 +41,10 @@ from .loopir import (
 from .looplayout import Layout, index, index2
 from .tape import CONST, INPUT
 
+#: Outputs no loop writes are copied by a loop of their own where at least this
+#: many in a row read one stored loop value, argument or constant, evenly spaced.
+MIN_RUN = 4
+
 _CLASH = re.compile(r"v|c|i|j|n|ok|out|math|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
 
 
@@ -169,7 +173,7 @@ class _Gen(Layout):
         if type(item) is Block and self.vbase[r.item] is None:
             return f"v{self.px}{item.slots[r.index.c0]}"
         if self._last(r):
-            return f"v{self.px}{item.start + r.index.c0 % item.size}"
+            return f"v{self.px}{item.slot(r.index.c0 % item.size)}"
         if type(item) is Loop and r.index.c1 % item.size == 0:
             k = item.size
             return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
@@ -224,13 +228,58 @@ class _Gen(Layout):
             self._forward(u)
         self._program_guards()
         if self.grad is None:
-            for k, r in enumerate(self.program.outputs):
-                self.emit(1, f"out[{k}] = {self.ref(r, None)}")
+            self._outputs()
         else:
             self._reverse()
         self.emit(1, "return True")
         text = "\n".join(map(str, self.lines)) + "\n"
         return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
+
+    def _outputs(self) -> None:
+        """``out[k] = ...`` for the outputs no loop wrote; a run of at least
+        ``MIN_RUN`` reads of one stored loop position, one argument or one
+        constant, evenly spaced, as a loop (or a slice)."""
+        outputs = self.program.outputs
+        done = {k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)}
+        rest = [(k, r) for k, r in enumerate(outputs) if k not in done]
+        i = 0
+        while i < len(rest):
+            k, r = rest[i]
+            end, step = i + 1, self._output_step(r, rest[i + 1][1]) if i + 1 < len(rest) else None
+            while (
+                step is not None
+                and end < len(rest)
+                and rest[end][0] == k + end - i
+                and self._output_step(rest[end - 1][1], rest[end][1]) == step
+            ):
+                end += 1
+            if step is None or end - i < MIN_RUN:
+                self.emit(1, f"out[{k}] = {self.ref(r, None)}")
+                i += 1
+                continue
+            if type(r) is Lit:
+                self.emit(1, f"out[{k}:{k + end - i}] = {literal(r.value)}")
+            else:
+                stepped = type(r)(r.item if type(r) is At else r.param, Affine(r.index.c0, step))
+                self.emit(1, f"for i in range({end - i}):")
+                self.emit(2, f"out[{index(k, 1, 'i')}] = {self.ref(stepped, 'i')}")
+            i = end
+
+    def _output_step(self, a: Read, b: Read) -> int | None:
+        """How far output read ``b`` is from ``a`` when both read one stored loop
+        position (in whole repetitions), one array argument, or one constant (0);
+        None when they cannot be one loop."""
+        if type(a) is Lit and type(b) is Lit:
+            return 0 if repr(a.value) == repr(b.value) else None  # (nan, -0.0 alike)
+        if type(a) is not type(b) or type(a) not in (At, Arg) or a.index.c1 or b.index.c1:
+            return None
+        step = b.index.c0 - a.index.c0
+        if type(a) is Arg:
+            return step if a.param == b.param and self.params[a.param].size is not None else None
+        item = self.program.items[a.item]
+        if a.item != b.item or type(item) is not Loop or not step or step % item.size:
+            return None
+        return step if self.vbase[a.item] is not None else None
 
     def _program_guards(self) -> None:
         """The guards outside loops, checked after the forward sweep: a run of them
@@ -311,11 +360,7 @@ class _Gen(Layout):
         if u.loop:
             item = self.program.items[n]
             what = "body slots" if self.ctx else "tape slots"  # (of L<item>'s body)
-            slots = (
-                f"{what} {item.start}.."
-                if self.lengths
-                else f"{what} {item.start}..{item.start + u.trips * u.size - 1}"
-            )
+            slots = f"{what} {item.span(u.trips if self.lengths else None)}"
             label = f"L{self.ctx.u.item}.L{n}" if self.ctx else f"L{n}"
             self.emit(1, f"# {label}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
             self.emit(1, f"for {self.i} in range({u.trips}):")
@@ -339,6 +384,9 @@ class _Gen(Layout):
             p = self.pos_of[j]
             if base is not None and (p in self.stored[n] or not u.loop):
                 self.emit(depth, f"{self.vidx(n, p, 0, 1, var)} = {operand[j]}")
+            if (n, p) in self.fwd_out:  # an output at every repetition: written here
+                k0, dk, _ = self.fwd_out[n, p]
+                self.emit(depth, f"out[{index(k0, dk, var)}] = {operand[j]}")
         for g in body.guards:
             self._guard(depth, operand[g.a], g.cmp, operand[g.b], g.expected, g.where)
         for line in tail:

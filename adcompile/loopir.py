@@ -224,6 +224,26 @@ class Loop:
     positions: list[int | None]
     # the body folded in turn (loops inside loops; ``nest``), or None
     inner: Nested | None = None
+    # loops fused into this one (``loopfuse``): the (start, size) of each, in order
+    parts: tuple[tuple[int, int], ...] | None = None
+
+    def slot(self, p: int) -> int:
+        """The tape slot position ``p`` of repetition 0 came from (for names)."""
+        if self.parts is None:
+            return self.start + p
+        for start, size in self.parts:
+            if p < size:
+                return start + p
+            p -= size
+        raise IndexError(p)
+
+    def span(self, trips: object = None) -> str:
+        """``1004..2002`` (the tape slots it came from; ``trips`` printed for a
+        count that is not a number), or several such ranges for fused loops."""
+        parts = self.parts or ((self.start, self.size),)
+        if trips is not None:
+            return ", ".join(f"{start}.." for start, _ in parts)
+        return ", ".join(f"{start}..{start + size * self.trips - 1}" for start, size in parts)
 
 
 Item = Block | Loop
@@ -390,9 +410,8 @@ class Program:
                     args = ", ".join(self._ref(r) for r in refs)
                     lines.append(f"  B{n}[{k}] = {op.name}({args})")
                 continue
-            stop = item.start + item.size * item.trips - 1
             lines.append(
-                f"  L{n} = loop i in range({item.trips}):  # tape slots {item.start}..{stop}, "
+                f"  L{n} = loop i in range({item.trips}):  # tape slots {item.span()}, "
                 f"{item.size} per repetition"
             )
             body = item.body
@@ -799,6 +818,8 @@ def _unify(objs: list, ks: list[int]):  # noqa: ANN202 (any part of a program)
             _unify([o.body for o in objs], ks),
             _unify([o.reads for o in objs], ks),
             _unify([o.positions for o in objs], ks),
+            None,
+            first.parts,  # (names only)
         )
     if t is Block:
         return Block(_unify([o.nodes for o in objs], ks), list(first.slots))

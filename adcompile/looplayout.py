@@ -71,7 +71,13 @@ class Layout:
         strided = [False] * n_items  # read at an index that advances
         incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
         last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
-        outs = list(range(len(program.outputs))) if self.ctx is None else self.ctx.needed
+        self.fwd_out = self._forward_outputs()
+        fwd = {k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)}
+        outs = (
+            [k for k in range(len(program.outputs)) if k not in fwd]
+            if self.ctx is None
+            else self.ctx.needed
+        )
         reads: list[Read] = [program.outputs[q] for q in outs]
         for u in us:
             reads += [r.init if type(r) is Prev else r for r in u.reads]
@@ -196,6 +202,33 @@ class Layout:
                     self.cbase[u.item, k] = len(self.columns)
                     self.columns.extend(r.values)
 
+    def _forward_outputs(self) -> dict[tuple[int, int], tuple[int, int, int]]:
+        """Value code (no reverse), outer program: loop positions that are outputs at
+        every repetition, at evenly spaced output indices, which the loop writes to
+        ``out`` itself. (item, position) -> (k0, dk, repetitions): repetition ``i``
+        is output ``k0 + dk * i``."""
+        program = self.program
+        if self.grad is not None or self.ctx is not None or self.lengths:
+            return {}
+        where: dict[tuple[int, int], dict[int, int]] = {}
+        for k, r in enumerate(program.outputs):
+            if type(r) is not At or r.index.c1 != 0:
+                continue
+            item = program.items[r.item]
+            if type(item) is Loop and item.inner is None:
+                q, p = divmod(r.index.c0, item.size)
+                where.setdefault((r.item, p), {}).setdefault(q, k)  # (a repeat: printed)
+        found = {}
+        for (n, p), ks in where.items():
+            trips, u = self.program.items[n].trips, self.units[n]
+            j = u.positions[p]
+            if trips < 2 or len(ks) != trips or j is None or isinstance(u.body.nodes[j].op, str):
+                continue
+            k0, dk = ks[0], ks[1] - ks[0]
+            if dk and all(ks[q] == k0 + dk * q for q in range(trips)):
+                found[(n, p)] = (k0, dk, trips)
+        return found
+
     @staticmethod
     def pos_of_unit(u: Unit) -> dict[int, int]:
         """Body slot -> the position it holds."""
@@ -231,4 +264,4 @@ class Layout:
     def _slot(self, n: int, f: int) -> int:
         """The tape slot of value ``f`` of item ``n`` (for names)."""
         item = self.program.items[n]
-        return item.slots[f] if type(item) is Block else item.start + f
+        return item.slots[f] if type(item) is Block else item.slot(f)

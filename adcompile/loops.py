@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .codegen import Param, module_source
+from .loopfuse import fuse
 from .loopgen import Generated, generate
 from .loopgrad import GradProgram, grad
 from .loopir import Block, Lin, Loop, NotAffine, Program, build, generalise, nest
@@ -98,7 +99,7 @@ def loop_source(
     lap("detect")
     if not segments:
         return None
-    program = build(tape, segments, params, fname)
+    program = fuse(build(tape, segments, params, fname))
     _fold_bodies(program)
     if report is not None:
         report["flat"] = sum(
@@ -168,7 +169,7 @@ def batch_source(
             if not segments:
                 return None
             try:
-                programs.append(build(tape, segments, params, fname))
+                programs.append(fuse(build(tape, segments, params, fname)))
             except ValueError:
                 return None
         generic = generalise(programs, ks)
