@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from .ops import OPS, Op
+from .ops import OPERATORS, OPS, Op
 from .passes import prune, simplify
 from .tape import (
     CONST,
@@ -74,41 +74,20 @@ class _Slot:
     def _apply(self, op: Op, args: Sequence[Any]) -> _Slot:
         return self.rec.record(op, args)
 
-    def __add__(self, o: Any) -> _Slot:
-        return self.rec.record(_ADD, (self, o))
 
-    def __radd__(self, o: Any) -> _Slot:
-        return self.rec.record(_ADD, (o, self))
-
-    def __sub__(self, o: Any) -> _Slot:
-        return self.rec.record(_SUB, (self, o))
-
-    def __rsub__(self, o: Any) -> _Slot:
-        return self.rec.record(_SUB, (o, self))
-
-    def __mul__(self, o: Any) -> _Slot:
-        return self.rec.record(_MUL, (self, o))
-
-    def __rmul__(self, o: Any) -> _Slot:
-        return self.rec.record(_MUL, (o, self))
-
-    def __truediv__(self, o: Any) -> _Slot:
-        return self.rec.record(_DIV, (self, o))
-
-    def __rtruediv__(self, o: Any) -> _Slot:
-        return self.rec.record(_DIV, (o, self))
-
-    def __pow__(self, o: Any) -> _Slot:
-        return self.rec.record(_POW, (self, o))
-
-    def __rpow__(self, o: Any) -> _Slot:
-        return self.rec.record(_POW, (o, self))
-
-    def __neg__(self) -> _Slot:
-        return self.rec.record(_NEG, (self,))
+def _recorder(op: Op, reflected: bool = False) -> Callable[..., _Slot]:
+    """``_Slot``'s method for the Python operator that records ``op``."""
+    if op.arity == 1:
+        return lambda self: self.rec.record(op, (self,))
+    if reflected:
+        return lambda self, o: self.rec.record(op, (o, self))
+    return lambda self, o: self.rec.record(op, (self, o))
 
 
-_ADD, _SUB, _MUL, _DIV, _POW, _NEG = (OPS[n] for n in ("add", "sub", "mul", "div", "pow", "neg"))
+for _name, _op in OPERATORS.items():  # + - * / ** // % and unary -, abs()
+    setattr(_Slot, f"__{_name}__", _recorder(_op))
+    if _op.arity == 2:
+        setattr(_Slot, f"__r{_name}__", _recorder(_op, reflected=True))
 
 
 class _Slots:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .loopir import Arg, At, Block, Lit, Loop, NFloat, Prev, Program, Read, reader
-from .ops import OPS
+from .ops import OPS, Op
 from .passes import prune, zero_flow
 from .reverse import grad_tape
 from .tape import CONST, INPUT, Guard, Node, Tape, forward_sweep
@@ -93,11 +93,10 @@ class Adjoint:
         operations would be skipped (a test per repetition then costs more).
         """
         vjp, nodes = self.vjp, self.vjp.nodes
-        names = {"mul", "div", "neg"}
-        cands = [
+        cands = [  # products, quotients, negations: 0 where an operand is
             j
             for j, nd in enumerate(nodes)
-            if j not in self.primal and getattr(nd.op, "name", "") in names
+            if j not in self.primal and isinstance(nd.op, Op) and nd.op.linear_in
         ][:tries]
         cts = set(vjp.inputs[len(vjp.inputs) - len(self.cts) :])
         later = np.cumsum([j not in self.primal and nd.args != () for j, nd in enumerate(nodes)])

@@ -51,6 +51,26 @@ class Op:
     # a non-smooth op's kinks and jumps: (*operands) -> float, 0.0 on one and of opposite
     # signs on either side of each; None: the operand (one argument) or a - b (two)
     kink: Callable[..., float] | None = field(default=None, compare=False)
+    # What the tape passes and the converters know of it, declared here rather than
+    # matched by name elsewhere (each exact in float arithmetic unless it says not):
+    # a linear function of all its operands together (so 0 where they all are 0)
+    linear: bool = field(default=False, compare=False)
+    # the operands it is linear in while the others stay fixed (so 0 where one is 0,
+    # nan and inf aside): both of x * y, the numerator of x / y
+    linear_in: tuple[int, ...] = field(default=(), compare=False)
+    # e with op(x, e) == x bit for bit, sign of zero included: 1.0 for * / **, 0.0 for
+    # x - 0.0, -0.0 for + (0.0 + -0.0 is 0.0, so 0.0 + x is no identity)
+    identity: float | None = field(default=None, compare=False)
+    commutative: bool = field(default=False, compare=False)  # op(a, b) == op(b, a)
+    # op(op(a, b), c) == op(a, op(b, c)) in exact arithmetic: an n-ary form is a chain
+    associative: bool = field(default=False, compare=False)
+    involution: bool = field(default=False, compare=False)  # op(op(x)) == x: -(-x)
+    # Python's special method that records it (``truediv``: ``__truediv__`` and
+    # ``__rtruediv__``), and whether a Value also has a method of its name (``v.sin()``)
+    operator: str | None = field(default=None, compare=False)
+    method: bool = field(default=True, compare=False)
+    # NumPy's ufuncs of other names that apply it (``np.subtract`` is sub)
+    ufuncs: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
         if self.c is None:
@@ -300,15 +320,32 @@ _remainder = _numpy_fallback(operator.mod, np.remainder)  # the divisor's sign, 
 # ---------------------------------------------------------------- the table
 
 OPS: dict[str, Op] = {}
+#: Python's special-method names (``"add"``, ``"truediv"``, ``"neg"`` ...) -> the op
+#: that operator records.
+OPERATORS: dict[str, Op] = {}
+#: NumPy's ufunc names that are not an op's name -> the op's (``Op.ufuncs``).
+UFUNC_ALIASES: dict[str, str] = {}
 
 
 def register(op: Op) -> Op:
     """Add ``op`` to the table (the one call built-in and user ops both use)."""
     if op.name in OPS:
         raise ValueError(f"an op named {op.name!r} is already defined; pick another name")
+    if op.operator is not None and op.operator in OPERATORS:
+        raise ValueError(f"the operator {op.operator!r} already records an op")
     op.opcode = len(OPS)
     OPS[op.name] = op
+    if op.operator is not None:
+        OPERATORS[op.operator] = op
+    for name in op.ufuncs:
+        UFUNC_ALIASES.setdefault(name, op.name)
     return op
+
+
+def ufunc_op(name: str) -> Op | None:
+    """The op NumPy's ufunc ``name`` applies: the op of that name (``np.sin``, ``np.maximum``,
+    a user's ``erf``) or of that alias (``np.subtract``); None for none."""
+    return OPS.get(UFUNC_ALIASES.get(name, name))
 
 
 def defop(
@@ -336,6 +373,12 @@ defop(
     (lambda g, out, a, b: g, lambda g, out, a, b: g),
     lambda sp, a, b: a + b,
     symbol="+",
+    linear=True,
+    identity=-0.0,
+    commutative=True,
+    associative=True,
+    operator="add",
+    method=False,
 )
 defop(
     "sub",
@@ -345,6 +388,11 @@ defop(
     (lambda g, out, a, b: g, lambda g, out, a, b: -g),
     lambda sp, a, b: a - b,
     symbol="-",
+    linear=True,
+    identity=0.0,
+    operator="sub",
+    method=False,
+    ufuncs=("subtract",),
 )
 defop(
     "mul",
@@ -354,6 +402,13 @@ defop(
     (lambda g, out, a, b: g * b, lambda g, out, a, b: g * a),
     lambda sp, a, b: a * b,
     symbol="*",
+    linear_in=(0, 1),
+    identity=1.0,
+    commutative=True,
+    associative=True,
+    operator="mul",
+    method=False,
+    ufuncs=("multiply",),
 )
 defop(
     "div",
@@ -364,8 +419,26 @@ defop(
     lambda sp, a, b: a / b,
     domain=(0.5, 3.0),
     symbol="/",
+    linear_in=(0,),
+    identity=1.0,
+    operator="truediv",
+    method=False,
+    ufuncs=("divide", "true_divide"),
 )
-defop("neg", 1, _neg, "(-{0})", (lambda g, out, a: -g,), lambda sp, a: -a)
+defop(
+    "neg",
+    1,
+    _neg,
+    "(-{0})",
+    (lambda g, out, a: -g,),
+    lambda sp, a: -a,
+    linear=True,
+    linear_in=(0,),
+    involution=True,
+    operator="neg",
+    method=False,
+    ufuncs=("negative",),
+)
 # pow at 0, as JAX and PyTorch: d/dy x**y is 0 where x == 0 and y >= 0 (0**y is 0 for
 # y > 0, 1 at y == 0), the limit of x**y log(x), not 0 * log(0) = nan; log's argument is
 # replaced by 1 there (JAX's _replace_zero). d/dx x**y is 0 where y == 0 (x**0 is 1 for
@@ -384,8 +457,22 @@ defop(
     lambda sp, a, b: a**b,
     domain=(0.5, 2.0),
     symbol="**",
+    identity=1.0,
+    operator="pow",
+    method=False,
+    ufuncs=("power", "float_power"),
 )
-defop("abs", 1, abs, "abs({0})", (lambda g, out, a: g * sign(a),), "Abs", smooth=False)
+defop(
+    "abs",
+    1,
+    abs,
+    "abs({0})",
+    (lambda g, out, a: g * sign(a),),
+    "Abs",
+    smooth=False,
+    operator="abs",
+    ufuncs=("absolute", "fabs"),
+)
 defop("exp", 1, _exp, "math.exp({0})", (lambda g, out, a: g * out,), "exp")
 defop("log", 1, _log, "math.log({0})", (lambda g, out, a: div(g, a),), "log", domain=(0.1, 5.0))
 defop(
@@ -506,6 +593,7 @@ defop(
     ),
     "Max",
     smooth=False,
+    associative=True,
 )
 defop(
     "minimum",
@@ -518,6 +606,7 @@ defop(
     ),
     "Min",
     smooth=False,
+    associative=True,
 )
 # Piecewise-constant helpers used by the rules above; their derivative is zero.
 defop(
@@ -607,6 +696,7 @@ defop(
     "floor_divide",
     smooth=False,
     symbol="//",
+    operator="floordiv",
     kink=_quotient_crossing,
     c=(
         f"({{1}} == 0.0 ? {{0}} / {{1}} : ({_C_QUOTIENT} != 0.0 ? floor({_C_QUOTIENT}) + "
@@ -623,6 +713,7 @@ defop(
     "Mod",
     smooth=False,
     symbol="%",
+    operator="mod",
     kink=_quotient_crossing,
     c=f"({_C_SHIFT} ? {_C_FMOD} + {{1}} : copysign({_C_FMOD}, {{1}}))",
 )

@@ -5,37 +5,35 @@ from __future__ import annotations
 import struct
 from collections.abc import Container
 
-from .ops import OPS, Op
+from .ops import Op
 from .tape import CONST, INPUT, Guard, Node, Tape
 
-_MUL, _ADD, _SUB, _DIV, _NEG, _POW = (OPS[n] for n in ("mul", "add", "sub", "div", "neg", "pow"))
-_IDENTITY_OPS = frozenset({_MUL, _ADD, _SUB, _DIV, _NEG, _POW})
 _node = tuple.__new__  # Node(op, args, value) without NamedTuple's keyword handling
 
 
-def _identity(node: Node, nodes: list[Node]) -> int | None:
-    """The operand slot this node equals exactly, if it is an identity.
+def _is(node: Node, value: float) -> bool:
+    """Whether ``node`` is the constant ``value``, bit for bit (``-0.0`` is not ``0.0``)."""
+    return node.op == CONST and struct.pack("<d", node.value) == struct.pack("<d", value)
 
-    ``0 + x`` is kept: it is how a sum starts (``total = 0.0`` then
-    ``total = total + t``), and keeping it makes a loop's first repetition
-    the same as the others, so that the whole loop folds.
+
+def _identity(node: Node, nodes: list[Node]) -> int | None:
+    """The operand slot this node equals exactly, if it is an identity: an operand
+    and the op's identity element (``x * 1``, ``1 * x``, ``x - 0``), or ``--x``.
+
+    ``0 + x`` is kept: it is no identity (``0.0 + -0.0`` is ``0.0``; add's is
+    ``-0.0``), and it is how a sum starts (``total = 0.0`` then ``total = total
+    + t``): kept, a loop's first repetition is the same as the others, so that
+    the whole loop folds.
     """
     op, args = node.op, node.args
-
-    def const(k: int, value: float) -> bool:
-        n = nodes[args[k]]
-        return n.op == CONST and n.value == value
-
-    if op is _MUL:
-        if const(0, 1.0):
-            return args[1]
-        if const(1, 1.0):
-            return args[0]
-    elif op is _SUB or op is _DIV or op is _POW:
-        if const(1, 0.0 if op is _SUB else 1.0):
-            return args[0]
-    elif op is _NEG and nodes[args[0]].op is _NEG:
-        return nodes[args[0]].args[0]
+    if op.involution:
+        inner = nodes[args[0]]
+        return inner.args[0] if inner.op is op else None
+    unit = op.identity
+    if op.commutative and _is(nodes[args[0]], unit):
+        return args[1]
+    if _is(nodes[args[1]], unit):
+        return args[0]
     return None
 
 
@@ -52,7 +50,7 @@ def simplify(tape: Tape) -> Tape:
             moved = tuple([alias[a] for a in args])
             if moved != args:
                 node = _node(Node, (op, moved, 0.0))
-            same = _identity(node, nodes) if op in _IDENTITY_OPS else None
+            same = _identity(node, nodes) if op.identity is not None or op.involution else None
             if same is not None:
                 keep(same)
                 append(node)  # placeholder, dead after aliasing
@@ -182,16 +180,16 @@ def zero_flow(
     for j in range(s + 1, len(nodes)):
         if j in skip:
             continue
-        nd = nodes[j]
-        name, a = getattr(nd.op, "name", ""), nd.args
-        if name == "mul":
-            zero[j] = zero[a[0]] or zero[a[1]]
-        elif name in ("div", "neg"):
-            zero[j] = zero[a[0]]
-        elif name == "add":
-            zero[j] = zero[a[0]] and zero[a[1]]
-            same[j] = same[a[0]] if zero[a[1]] else same[a[1]] if zero[a[0]] else j
-        elif name == "sub":
-            zero[j] = zero[a[0]] and zero[a[1]]
-            same[j] = same[a[0]] if zero[a[1]] else j
+        op, a = nodes[j].op, nodes[j].args
+        if not isinstance(op, Op):
+            continue
+        if any(zero[a[k]] for k in op.linear_in):
+            zero[j] = True
+        elif op.linear:
+            zero[j] = all(zero[k] for k in a)
+        if op.identity == 0.0 and len(a) == 2:  # x + 0, x - 0 (a zero of either sign)
+            if zero[a[1]]:
+                same[j] = same[a[0]]
+            elif op.commutative and zero[a[0]]:
+                same[j] = same[a[1]]
     return zero, same

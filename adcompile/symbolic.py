@@ -338,8 +338,8 @@ class _Converter:
         if op is None and isinstance(e, sympy.core.function.AppliedUndef):
             op = OPS.get(e.func.__name__)
         n = len(e.args)
-        if op is not None and (n == op.arity or op.arity == 2 and n > 2):
-            return op
+        if op is not None and (n == op.arity or op.associative and n > 2):
+            return op  # Max(a, b, c): a chain of maximum
         return None
 
     def children(self, e: sympy.Basic) -> tuple:
@@ -481,7 +481,7 @@ class _Converter:
         op = self.function(e)
         if op == "heaviside":
             return self.heaviside(e, args)
-        return self.chain(op.name, args) if op.arity == 2 else self.op(op.name, *args)
+        return self.chain(op.name, args) if op.associative else self.op(op.name, *args)
 
     def heaviside(self, e: sympy.Heaviside, args: list[int]) -> int:
         """Heaviside(x, h0) with ``step`` (which is 0 at 0): exact for any h0."""

@@ -15,8 +15,6 @@ import numpy as np
 from . import ops
 from .value import Value
 
-# NumPy ufuncs whose name differs from their op's (exact matches only).
-_UFUNC_OPS = {"absolute": "abs"}
 # Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
 # own operators (the same ops) without a detour through Python.
 _NUMPYS = frozenset(
@@ -38,7 +36,7 @@ class ValueArray(np.ndarray):
             # giving back either the Value or the 0, so every element has the
             # same structure.
             if ufunc not in _NUMPYS:
-                op = ops.OPS.get(_UFUNC_OPS.get(ufunc.__name__, ufunc.__name__))
+                op = ops.ufunc_op(ufunc.__name__)
                 if op is not None and op.arity == ufunc.nin and ufunc.nout == 1:
                     f = _ELEMENTWISE.get(op)
                     if f is None:

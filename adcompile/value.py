@@ -71,9 +71,9 @@ class TracedFloat(float):
         return _result(self.op, self.args, float(self))
 
     def _guard(self, cmp: str, other: Any) -> Any:
-        if _MODE.get().trace is None or sys._getframe(2).f_globals.get(
-            "__name__", ""
-        ).startswith(_LIBRARY_FRAMES):
+        if _MODE.get().trace is None or sys._getframe(2).f_globals.get("__name__", "").startswith(
+            _LIBRARY_FRAMES
+        ):
             return COMPARE_FLOATS[cmp](float(self), other)
         if type(other) is TracedFloat:
             other = other.value()
@@ -474,20 +474,6 @@ def _index_error(v: Value) -> str:
     )
 
 
-# NumPy ufuncs whose op has another name (the rest are named alike: np.floor is floor).
-_UFUNC_OPS = {
-    "absolute": "abs",
-    "fabs": "abs",
-    "subtract": "sub",
-    "multiply": "mul",
-    "divide": "div",
-    "true_divide": "div",
-    "power": "pow",
-    "float_power": "pow",
-    "negative": "neg",
-}
-
-
 def _boxed(v: Value) -> np.ndarray:
     box = np.empty((), dtype=object)
     box[()] = v
@@ -700,7 +686,7 @@ class Value:
             test = _PREDICATES.get(ufunc)
             if test is not None:
                 return test(self)
-            op = OPS.get(_UFUNC_OPS.get(ufunc.__name__, ufunc.__name__))
+            op = ops.ufunc_op(ufunc.__name__)
             if (
                 op is not None
                 and op.arity == len(inputs)
@@ -969,10 +955,6 @@ def constant(x: Any) -> Value:
 _CONSTS: dict[float, Value] = {}
 
 
-_ADD, _SUB, _MUL, _DIV, _POW, _NEG, _ABS = (
-    OPS[n] for n in ("add", "sub", "mul", "div", "pow", "neg", "abs")
-)
-
 COMPARE_FLOATS = {
     "<": float.__lt__,
     "<=": float.__le__,
@@ -995,20 +977,16 @@ def _method(op: Op) -> Any:
     return method
 
 
-for _name in ("add", "sub", "mul", "truediv", "pow"):
-    _opname = "div" if _name == "truediv" else _name
-    setattr(Value, f"__{_name}__", _binop(_opname))
-    setattr(Value, f"__r{_name}__", _binop(_opname, reflected=True))
-Value.__floordiv__ = _binop("floor_divide", dunder="floordiv")
-Value.__rfloordiv__ = _binop("floor_divide", reflected=True, dunder="floordiv")
-Value.__mod__ = _binop("remainder", dunder="mod")
-Value.__rmod__ = _binop("remainder", reflected=True, dunder="mod")
-Value.__neg__ = _unary(_NEG)
-Value.__abs__ = _unary(_ABS)
+for _name, _op in ops.OPERATORS.items():  # + - * / ** // % and unary -, abs()
+    if _op.arity == 1:
+        setattr(Value, f"__{_name}__", _unary(_op))
+    else:
+        setattr(Value, f"__{_name}__", _binop(_op.name, dunder=_name))
+        setattr(Value, f"__r{_name}__", _binop(_op.name, reflected=True, dunder=_name))
 # Every op becomes a method named as NumPy's ufunc is (so np.sin(object_array)
-# calls v.sin()), except the ones Python operators already cover.
+# calls v.sin()), except the ones only Python operators record (Op.method).
 for _op in OPS.values():
-    if _op.name not in ("add", "sub", "mul", "div", "pow", "neg"):
+    if _op.method:
         setattr(Value, _op.name, _method(_op))
 Value.absolute = Value.abs  # np.absolute's name
 Value.mod = Value.remainder  # np.mod's name
