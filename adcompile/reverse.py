@@ -14,8 +14,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .passes import simplify
-from .tape import CONST, Node, Tape, active_slots, forward_sweep, reverse_sweep
-from .value import Value, constant, gc_paused, recording, serial_of, serials
+from .tape import Node, Tape, active_slots, forward_sweep, reverse_sweep
+from .value import (
+    Value,
+    append_nodes,
+    constant,
+    gc_paused,
+    next_serial,
+    recorded_on,
+    recording,
+    serial_of,
+)
 
 
 class _Adjoints(list):
@@ -56,7 +65,7 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
             vals,
             adj,
             active_slots(tape, [tape.inputs[k] for k in wrt]),
-            on_node=lambda i: marks.append((next(serials), i)),
+            on_node=lambda i: marks.append((next_serial(), i)),
         )
         grads = []
         for k in wrt:
@@ -67,16 +76,9 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
     # same value); the Values the sweep recorded follow in creation order.
     n = len(tape.nodes)
     index = {id(v): k for k, v in enumerate(vals)}  # primal Value -> its slot
-    recorded = _recorded(grads, index)
+    recorded = recorded_on(grads, index)
     nodes: list[Node] = list(tape.nodes)
-    mk = tuple.__new__
-    for v in recorded:
-        if v._fn is None:  # a constant operand of a derivative rule
-            node = mk(Node, (CONST, (), v.data))
-        else:
-            node = mk(Node, (v._fn, tuple([index[id(p)] for p in v._prev]), 0.0))
-        index[id(v)] = len(nodes)
-        nodes.append(node)
+    append_nodes(recorded, index, nodes)
     outputs = [out] + [index[id(g)] for g in grads]
 
     # Name each slot after the primal tape: vK for primal slot K, bK for the
@@ -89,7 +91,7 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
     for j, v in enumerate(recorded, n):
         a = role.get(id(v))
         names.append(f"b{a}" if a is not None else f"t{j}")
-        pos = bisect.bisect_right(mark_serials, v._serial) - 1
+        pos = bisect.bisect_right(mark_serials, serial_of(v)) - 1
         blocks.append(marks[pos][1] if pos >= 0 else -1)
     new = Tape(
         nodes,
@@ -103,19 +105,3 @@ def _grad_tape(tape: Tape, wrt: Sequence[int] | None, output: int) -> Tape:
         primal=tape,
     )
     return simplify(new)
-
-
-def _recorded(roots: Sequence[Value], primal: dict[int, int]) -> list[Value]:
-    """The Values the roots depend on that are not primal slots, in creation order."""
-    seen: set[int] = set()
-    found: list[Value] = []
-    stack = [v for v in roots if id(v) not in primal]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        found.append(v)
-        stack.extend(p for p in v._prev if id(p) not in primal)
-    found.sort(key=serial_of)
-    return found

@@ -28,7 +28,7 @@ import sys
 import textwrap
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple
 
@@ -1061,6 +1061,38 @@ def topological_order(roots: Iterable[Value], before: int | None = None) -> list
 
 
 serial_of = operator.attrgetter("_serial")
+
+
+def recorded_on(roots: Sequence[Value], known: Container[int]) -> list[Value]:
+    """The Values the roots depend on through Values not in ``known`` (ids), those
+    not in ``known``, in creation order: what was recorded on top of them (reverse
+    mode's adjoint, on top of the primal's Values)."""
+    seen: set[int] = set()
+    found: list[Value] = []
+    stack = [v for v in roots if id(v) not in known]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        found.append(v)
+        stack.extend(p for p in v._prev if id(p) not in known)
+    found.sort(key=serial_of)
+    return found
+
+
+def append_nodes(values: Iterable[Value], index: dict[int, int], nodes: list[Node]) -> None:
+    """Lay ``values`` (each after its operands) out at the end of ``nodes``: an op's
+    result over its operands' slots, a Value made by no op a constant of its value.
+    ``index`` (id of a Value -> its slot) gives the operands' slots and takes theirs."""
+    mk = tuple.__new__
+    for v in values:
+        if v._fn is None:
+            node = mk(Node, (CONST, (), v.data))
+        else:
+            node = mk(Node, (v._fn, tuple([index[id(p)] for p in v._prev]), 0.0))
+        index[id(v)] = len(nodes)
+        nodes.append(node)
 
 
 def next_serial() -> int:
