@@ -29,6 +29,17 @@ from .tensor import ValueArray, data, grad_of, tensor  # isort: skip
 # ad.exp, ad.sin, ad.relu ...: one function per op, for floats, Values and arrays.
 globals().update(FUNCTIONS)
 
+
+def _tape_to_sympy(tape: Tape) -> list:
+    """The outputs as SymPy expressions, in symbols named after the inputs."""
+    from .symbolic import tape_to_sympy  # SymPy loads on first use, not with adcompile
+
+    return tape_to_sympy(tape)
+
+
+# The method of the tape that the SymPy bridge, a layer above the tape, provides.
+Tape.to_sympy = _tape_to_sympy  # type: ignore[attr-defined]
+
 __version__ = "0.1.0"
 
 _FROM_JIT = ("CacheDirError", "CacheWarning", "CompileError", "cache_dir", "clear_cache")

@@ -168,13 +168,8 @@ class Tape:
         h.update(repr((tail, self.hoisted, context)).encode())
         return h.hexdigest(), [op for op in distinct if isinstance(op, Op)]
 
-    # SymPy is imported on use, so that importing the tape never pulls it in.
-
-    def to_sympy(self) -> list:
-        """The outputs as SymPy expressions, in symbols named after the inputs."""
-        from .symbolic import tape_to_sympy
-
-        return tape_to_sympy(self)
+    # ``tape.to_sympy()`` is set by the package (``adcompile/__init__.py``): the SymPy
+    # bridge (``symbolic.py``) builds tapes, so this module, below it, imports it not.
 
 
 def active_slots(tape: Tape, wrt: Sequence[int]) -> list[bool]:
