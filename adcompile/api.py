@@ -12,7 +12,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import functools
-import inspect
 import numbers
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from . import arguments, batch, captures, entries, randomness
+from .arguments import argnum_positions, keyword_is_input, param_names, shape_text
 from .codegen import Param
 from .interpret import first_nonfinite
 from .loopir import Lin
@@ -113,10 +113,6 @@ def _from_disk(compiled: Any) -> bool:
     return False
 
 
-def shape_text(shape: Any) -> str:
-    return "a number" if shape is None else f"shape {tuple(shape)}"
-
-
 def _key_text(key: tuple) -> str:
     return ", ".join(shape_text(s) for s in key) or "no arguments"
 
@@ -171,23 +167,6 @@ class RetraceWarning(UserWarning):
 
 
 # ------------------------------------------------------------------ arguments
-
-
-def param_names(f: Callable, n: int) -> list[str]:
-    try:
-        params = list(inspect.signature(f).parameters.values())
-    except (TypeError, ValueError):
-        params = []
-    names = []
-    for k in range(n):
-        if k < len(params) and params[k].kind in (
-            params[k].POSITIONAL_ONLY,
-            params[k].POSITIONAL_OR_KEYWORD,
-        ):
-            names.append(params[k].name)
-        else:
-            names.append(f"arg{k}")
-    return names
 
 
 def function_name(f: Callable) -> str:
@@ -1573,6 +1552,30 @@ class Transformed:
             raise AttributeError(f"{self._name}() has not been compiled yet: call it once")
         return self._last.compiled.explanation
 
+    def answered(self, kwargs: dict[str, Any]) -> str:
+        """The compiled code that answered the last call (with keywords ``kwargs``), with
+        what ``ad.explain`` knows of it: for check mode's errors."""
+        t = self
+        if kwargs:  # the transform of the keyword signature (_keywords)
+            dynamic = tuple(sorted(k for k, v in kwargs.items() if keyword_is_input(v)))
+            static = tuple(
+                (k, kwargs[k]) for k in sorted(kwargs) if not keyword_is_input(kwargs[k])
+            )
+            t = self._variants.get((dynamic, static), self)
+        spec = t.last
+        if spec is None:
+            return "no specialisation recorded"
+        compiled = spec.compiled
+        explanation = getattr(compiled, "explanation", "")
+        text = summary(explanation) if explanation else f"{getattr(compiled, 'kind', '?')} code"
+        if getattr(spec, "direct", None) is not None:
+            text += ", with a direct entry (hot)"
+        traced = sum(e.traced for e in t.events)
+        text += f"; {traced} trace{'s' * (traced != 1)} so far"
+        if t.events:
+            text += f", the last because of: {t.events[-1].reason}"
+        return text
+
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""
         return self.spec_for(args)[0].compiled.source
@@ -1654,15 +1657,6 @@ def _loop_ir_failed(name: str, error: Exception) -> None:
     )
 
 
-def keyword_is_input(v: Any) -> bool:
-    """Whether a keyword argument is an input of the compiled code (a float, an array,
-    a Value), else part of the specialisation: ints are (they size ranges and
-    slices, as with JAX's ``static_argnames``), as are strings, bools, None ..."""
-    return isinstance(v, (Value, np.ndarray)) or (
-        isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
-    )
-
-
 def _static_positions(static_argnums: Any) -> tuple[int, ...]:
     """``static_argnums`` as a tuple of ints (TypeError naming what else it was)."""
     nums = static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,)
@@ -1686,19 +1680,6 @@ def _check_argnums(argnums: Any, mode: str) -> None:
             f"argnums must be an int or a tuple of ints (positions of the arguments to "
             f"differentiate), got {argnums!r}"
         )
-
-
-def argnum_positions(argnums: int | Sequence[int], nargs: int, fname: str) -> list[int]:
-    """The positions ``argnums`` names among ``nargs`` positional arguments of
-    ``fname()`` (negative ones counted from the end); ValueError when one does not fit."""
-    nums = list(argnums) if isinstance(argnums, (tuple, list)) else [argnums]
-    for k in nums:
-        if not isinstance(k, int) or not -nargs <= k < nargs:
-            raise ValueError(
-                f"argnums={argnums!r} does not fit {fname}() called "
-                f"with {nargs} positional arguments"
-            )
-    return [k % nargs for k in nums]
 
 
 def data_point(args: Sequence[Any]) -> list[Any]:

@@ -18,12 +18,15 @@ result over leaves back into the arguments' structure.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from .value import Value
 
 F64 = np.dtype(np.float64)
 
@@ -234,3 +237,49 @@ def call_on_leaves(fun: Callable, p: Plan) -> Callable:
         return fun(*rebuild(trees, statics, leaves), **kwargs)
 
     return on_leaves
+
+
+# ------------------------------------------------------------------ names and checks
+
+
+def shape_text(shape: Any) -> str:
+    return "a number" if shape is None else f"shape {tuple(shape)}"
+
+
+def param_names(f: Callable, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for k in range(n):
+        if k < len(params) and params[k].kind in (
+            params[k].POSITIONAL_ONLY,
+            params[k].POSITIONAL_OR_KEYWORD,
+        ):
+            names.append(params[k].name)
+        else:
+            names.append(f"arg{k}")
+    return names
+
+
+def keyword_is_input(v: Any) -> bool:
+    """Whether a keyword argument is an input of the compiled code (a float, an array,
+    a Value), else part of the specialisation: ints are (they size ranges and
+    slices, as with JAX's ``static_argnames``), as are strings, bools, None ..."""
+    return isinstance(v, (Value, np.ndarray)) or (
+        isinstance(v, numbers.Real) and not isinstance(v, numbers.Integral)
+    )
+
+
+def argnum_positions(argnums: int | Sequence[int], nargs: int, fname: str) -> list[int]:
+    """The positions ``argnums`` names among ``nargs`` positional arguments of
+    ``fname()`` (negative ones counted from the end); ValueError when one does not fit."""
+    nums = list(argnums) if isinstance(argnums, (tuple, list)) else [argnums]
+    for k in nums:
+        if not isinstance(k, int) or not -nargs <= k < nargs:
+            raise ValueError(
+                f"argnums={argnums!r} does not fit {fname}() called "
+                f"with {nargs} positional arguments"
+            )
+    return [k % nargs for k in nums]

@@ -34,10 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from .api import Transformed, argnum_positions, keyword_is_input, param_names, shape_text, summary
-from .arguments import needs_plan
+from .arguments import argnum_positions, keyword_is_input, needs_plan, param_names, shape_text
 from .tensor import ValueArray, data
 from .value import Value, recording
+
+#: A transform (``api.Transformed``; this module sits below ``api``, which wraps its
+#: transforms in :class:`Checked`).
+Transformed = Any
 
 __all__ = ["CheckError", "Checked", "check_mode", "checked", "ENV", "RTOL", "ATOL"]
 
@@ -313,29 +316,6 @@ def _describe(inner: Transformed, path: str, args: tuple) -> str:
     return f"gradient of argument {k} ({name})" + (f", element {rest}" if rest else "")
 
 
-def _spec_text(inner: Transformed, kwargs: dict) -> str:
-    """The compiled code that answered, with what ``ad.explain`` knows of it."""
-    t = inner
-    if kwargs:  # the transform of the keyword signature (api.Transformed._keywords)
-        dynamic = tuple(sorted(k for k, v in kwargs.items() if _dynamic(v)))
-        static = tuple((k, kwargs[k]) for k in sorted(kwargs) if not _dynamic(kwargs[k]))
-        t = getattr(inner, "_variants", {}).get((dynamic, static), inner)
-    spec = getattr(t, "last", None)
-    if spec is None:
-        return "no specialisation recorded"
-    compiled = spec.compiled
-    explanation = getattr(compiled, "explanation", "")
-    text = summary(explanation) if explanation else f"{getattr(compiled, 'kind', '?')} code"
-    if getattr(spec, "direct", None) is not None:
-        text += ", with a direct entry (hot)"
-    events = getattr(t, "events", [])
-    traced = sum(e.traced for e in events)
-    text += f"; {traced} trace{'s' * (traced != 1)} so far"
-    if events:
-        text += f", the last because of: {events[-1].reason}"
-    return text
-
-
 def _shape(a: Any) -> str:
     return shape_text(np.shape(a) if np.ndim(a) else None)
 
@@ -360,7 +340,7 @@ def _compare(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> None
         raise CheckError(
             f"check mode: {mode} of {name}() answered, but {name}() run eagerly {how} "
             f"raised {type(e).__name__}: {e}\n  call: {_call_text(inner, args, kwargs)}\n"
-            f"  compiled: {_spec_text(inner, kwargs)}\n  (the check cannot compare this "
+            f"  compiled: {inner.answered(kwargs)}\n  (the check cannot compare this "
             "call; the compiled result was " + _short(result) + ")",
             name,
             "eager run",
@@ -383,7 +363,7 @@ def _compare(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> None
     raise CheckError(
         f"check mode: {mode} of {name}() disagrees with {name}() run eagerly {how}\n"
         f"  {what}\n  call: {_call_text(inner, args, kwargs)}\n"
-        f"  compiled: {_spec_text(inner, kwargs)}\n"
+        f"  compiled: {inner.answered(kwargs)}\n"
         f"  (tolerance {ATOL:g} + {RTOL:g} x magnitude; ad.explain(fn) lists every trace)",
         name,
         where,
