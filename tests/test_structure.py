@@ -1,0 +1,331 @@
+"""The package's structure: imports flow one way, and an op is known from its table entry.
+
+- No import cycle among adcompile's modules, counting imports inside functions
+  (read with ``ast``, not by importing).
+- A new scalar op, registered through the public extension (``ad.primitive``) or
+  the op table's own call (``ops.defop``), works in the interpreter, compiled
+  code, forward mode, eager ``backward`` and the SymPy bridge, with values and
+  derivatives held to a hand formula and central finite differences; the tape
+  passes read its declared algebra (identity, linear operand) from the table.
+- Every op's declared algebra holds for its own float evaluation.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sympy as sp
+
+import adcompile as ad
+from adcompile import interpret, ops
+from adcompile.extend import primitive
+from adcompile.forward import jvp_tape
+from adcompile.passes import simplify, zero_flow
+from adcompile.reverse import grad_tape
+
+PACKAGE = Path(ad.__file__).parent
+MODULES = {p.stem for p in PACKAGE.glob("*.py")}
+
+
+# ------------------------------------------------------------------ imports
+
+
+def _imported(path: Path) -> set[str]:
+    """The package's modules that ``path`` imports, anywhere in it (``__init__`` for the
+    package itself); ``importlib.import_module("adcompile.x")`` counts too."""
+    found: set[str] = set()
+
+    def absolute(name: str, names: list[str]) -> None:
+        parts = name.split(".")
+        if parts[0] != "adcompile":
+            return
+        if len(parts) > 1:
+            found.add(parts[1])
+        else:
+            found.update(n if n in MODULES else "__init__" for n in names)
+
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
+            if node.level == 0:
+                absolute(node.module or "", names)
+            elif node.level == 1:
+                if node.module:
+                    found.add(node.module.split(".")[0])
+                else:
+                    found.update(n if n in MODULES else "__init__" for n in names)
+            else:
+                raise AssertionError(f"{path.name}: import from above the package")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                absolute(a.name, [])
+                if a.name == "adcompile":
+                    found.add("__init__")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            absolute(node.args[0].value, [])
+    found.discard(path.stem)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    return {p.stem: _imported(p) for p in sorted(PACKAGE.glob("*.py"))}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first again at the end)."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(graph):
+        if root in state:
+            continue
+        path, stack = [root], [iter(sorted(graph[root]))]
+        state[root] = 1
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                state[path.pop()] = 2
+                stack.pop()
+            elif state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            elif nxt not in state and nxt in graph:
+                state[nxt] = 1
+                path.append(nxt)
+                stack.append(iter(sorted(graph[nxt])))
+    return None
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_the_import_reader_sees_imports_inside_functions(tmp_path):
+    f = tmp_path / "tape.py"
+    f.write_text(
+        "from .ops import Op\n"
+        "import adcompile.value\n"
+        "def g():\n"
+        "    from .symbolic import tape_to_sympy\n"
+        "    from . import passes, ops\n"
+        "    import importlib\n"
+        "    importlib.import_module('adcompile.jit')\n"
+    )
+    assert _imported(f) == {"ops", "value", "symbolic", "passes", "jit"}
+
+
+def test_no_import_cycle_among_the_modules():
+    graph = _graph()
+    assert {"ops", "tape", "passes", "symbolic", "api"} <= set(graph)
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_op_table_and_the_tape_import_little():
+    graph = _graph()
+    assert graph["ops"] == set()
+    assert graph["tape"] == {"ops"}
+
+
+# ------------------------------------------------------------------ a new op
+
+
+def _xs_eval(x: float, y: float) -> float:
+    return x * math.exp(-y)
+
+
+def _xs_rules():
+    return (lambda g, out, x, y: g * ops.exp(-y), lambda g, out, x, y: -(g * out))
+
+
+@pytest.fixture(scope="module")
+def new_ops():
+    """The same op, x * exp(-y), registered both ways; removed afterwards."""
+    n = len(ops.OPS)
+    public = primitive(
+        _xs_eval,
+        vjp=_xs_rules(),
+        code="({0} * math.exp(-{1}))",
+        sympy=lambda s, x, y: x * s.exp(-y),
+        name="st_public",
+    )
+    # The table's own call, with what the passes may know of it: x * exp(-0.0) is x
+    # bit for bit, and it is 0 where x is.
+    table = ops.defop(
+        "st_table",
+        2,
+        _xs_eval,
+        "({0} * math.exp(-{1}))",
+        _xs_rules(),
+        lambda s, x, y: x * s.exp(-y),
+        identity=0.0,
+        linear_in=(0,),
+    )
+    yield {"public": public, "table": table}
+    for name in list(ops.OPS)[n:]:  # the last ops registered, so no opcode is reused
+        del ops.OPS[name]
+
+
+def _program(xs):
+    def F(x, y):
+        return xs(ad.sin(x), y) * x + xs(y, x)
+
+    return F
+
+
+def _by_hand(x: float, y: float) -> tuple[float, float, float]:
+    """F, dF/dx, dF/dy: F = sin(x) exp(-y) x + y exp(-x)."""
+    u, ey, ex = math.sin(x), math.exp(-y), math.exp(-x)
+    value = u * ey * x + y * ex
+    return value, math.cos(x) * ey * x + u * ey - y * ex, -u * ey * x + ex
+
+
+def _central(f, x: float, y: float, h: float = 1e-6) -> tuple[float, float]:
+    return (
+        (f(x + h, y) - f(x - h, y)) / (2 * h),
+        (f(x, y + h) - f(x, y - h)) / (2 * h),
+    )
+
+
+POINTS = [(0.7, -0.4), (-1.3, 0.9)]
+
+
+@pytest.mark.parametrize("route", ["public", "table"])
+def test_a_new_op_in_every_backend(new_ops, route):
+    F = _program(new_ops[route])
+    tape = ad.trace(F, *POINTS[0])
+    grads = grad_tape(tape)
+    tangents = jvp_tape(tape, [0, 1])
+    vg = ad.value_and_grad(F, argnums=(0, 1))
+    (expr,) = tape.to_sympy()
+    sx, sy = sp.symbols("x y")
+    dx, dy = sp.diff(expr, sx), sp.diff(expr, sy)
+    for x, y in POINTS:
+        value, gx, gy = _by_hand(x, y)
+        fx, fy = _central(lambda a, b: _by_hand(a, b)[0], x, y)
+        assert fx == pytest.approx(gx, rel=1e-7) and fy == pytest.approx(gy, rel=1e-7)
+        want = [value, gx, gy]
+        at = {sx: x, sy: y}
+
+        def close(got, want=want):
+            assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
+
+        # the interpreter: its own reverse sweep, and the gradient tape
+        v, g = interpret.value_and_grad(tape, [x, y])
+        close([v, *g])
+        close(interpret.evaluate(grads, [x, y]))
+        # compiled (Numba)
+        cv, (cgx, cgy) = vg(x, y)
+        close([cv, cgx, cgy])
+        # forward mode: the tangent tape, and ad.jvp, along two directions
+        for t in ((1.0, 0.0), (0.0, 1.0), (0.3, -2.0)):
+            dir_ = gx * t[0] + gy * t[1]
+            out, tan = interpret.evaluate(tangents, [x, y, *t])
+            assert [out, tan] == pytest.approx([value, dir_], rel=1e-12, abs=1e-14)
+            jv, jt = ad.jvp(F, (x, y), t)
+            assert [jv, jt] == pytest.approx([value, dir_], rel=1e-12, abs=1e-14)
+        # eager Values and backward()
+        a, b = ad.Value(x), ad.Value(y)
+        out = F(a, b)
+        out.backward()
+        close([out.data, a.grad, b.grad])
+        # SymPy: the expression and its derivatives
+        close([float(expr.subs(at)), float(dx.subs(at)), float(dy.subs(at))])
+
+
+def test_the_passes_read_a_new_ops_algebra_from_the_table(new_ops):
+    xs = new_ops["table"]
+    tape = ad.trace(lambda x, y: xs(x, 0.0) + xs(y, x), 0.5, 0.25)
+    used = [n.op for n in simplify(tape).nodes if isinstance(n.op, ops.Op)]
+    assert used.count(xs) == 1  # xs(x, 0.0) is x (its identity), xs(y, x) stays
+    assert simplify(tape).evaluate(0.5, 0.25) == pytest.approx([0.5 + 0.25 * math.exp(-0.5)])
+    nodes = ad.trace(lambda x, y: xs(x, y) * y, 0.5, 0.25).nodes
+    first = next(k for k, n in enumerate(nodes) if n.op is xs)
+    zero, _ = zero_flow(nodes, nodes[first].args[0])  # x == 0: xs(x, y) is 0, and so is *y
+    assert zero[first] and zero[len(nodes) - 1]
+    public = new_ops["public"].op  # declares nothing: nothing follows from its zeros
+    nodes = ad.trace(lambda x, y: new_ops["public"](x, y), 0.5, 0.25).nodes
+    k = next(k for k, n in enumerate(nodes) if n.op is public)
+    assert not zero_flow(nodes, nodes[k].args[0])[0][k]
+
+
+# ------------------------------------------------------------------ the declarations hold
+
+SAMPLES = [0.0, -0.0, 1.0, -2.5, 3.0, 1e-300, -1e300, math.inf, -math.inf, math.nan]
+SMALL = [-3.0, -1.0, 0.0, 2.0, 5.0]  # small integers: sums and products exact
+
+
+def _bits(x: float) -> bytes:
+    return struct.pack("<d", x)
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or _bits(a) == _bits(b)
+
+
+BUILT_IN = list(ops.OPS.values())
+
+
+@pytest.mark.parametrize("op", BUILT_IN, ids=lambda op: op.name)
+def test_declared_algebra_holds_for_the_float_evaluation(op):
+    if op.identity is not None:
+        for x in SAMPLES:
+            assert _same(op.eval(x, op.identity), x), (op.name, x)
+            if op.commutative:
+                assert _same(op.eval(op.identity, x), x), (op.name, x)
+    if op.commutative:
+        for a in SAMPLES:
+            for b in SAMPLES:
+                assert _same(op.eval(a, b), op.eval(b, a)), (op.name, a, b)
+    if op.associative:
+        for a in SMALL:
+            for b in SMALL:
+                for c in SMALL:
+                    assert op.eval(op.eval(a, b), c) == op.eval(a, op.eval(b, c))
+    if op.involution:
+        for x in SAMPLES:
+            assert _same(op.eval(op.eval(x)), x), (op.name, x)
+    for k in op.linear_in:
+        for x in [v for v in SAMPLES if math.isfinite(v) and v != 0.0]:
+            args = [x] * op.arity
+            args[k] = 0.0
+            assert op.eval(*args) == 0.0, (op.name, args)
+    if op.linear:
+        assert op.eval(*[0.0] * op.arity) == 0.0
+        for a in SMALL:
+            for b in SMALL:
+                xs, ys = [a] * op.arity, [b] * op.arity
+                xs[0], ys[-1] = b, a
+                total = op.eval(*[p + q for p, q in zip(xs, ys)])
+                assert total == op.eval(*xs) + op.eval(*ys), (op.name, xs, ys)
+                assert op.eval(*[3.0 * p for p in xs]) == 3.0 * op.eval(*xs)
+
+
+@pytest.mark.parametrize("op", [op for op in BUILT_IN if op.operator], ids=lambda op: op.name)
+def test_the_declared_operator_records_the_op(op):
+    python = getattr(operator, op.operator)
+    tape = ad.trace(lambda x, y: python(*(x, y)[: op.arity]), 1.5, 0.5)
+    assert [n.op for n in tape.nodes if isinstance(n.op, ops.Op)] == [op]
+    assert ops.OPERATORS[op.operator] is op
+
+
+@pytest.mark.parametrize(
+    "name, op", [(u, op) for op in BUILT_IN for u in op.ufuncs], ids=lambda x: str(x)
+)
+def test_the_declared_ufunc_names_apply_the_op(name, op):
+    assert ops.ufunc_op(name) is op
+    ufunc = getattr(np, name)
+    tape = ad.trace(lambda x, y: ufunc(*(x, y)[: op.arity]), 1.5, 0.5)
+    assert [n.op for n in tape.nodes if isinstance(n.op, ops.Op)] == [op]
+    assert tape.evaluate(1.5, 0.5) == pytest.approx([ufunc(*(1.5, 0.5)[: op.arity])])
