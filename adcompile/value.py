@@ -25,7 +25,6 @@ import numbers
 import operator
 import struct
 import sys
-import textwrap
 import threading
 import weakref
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
@@ -853,11 +852,10 @@ def _src_of(x: Any) -> str:
 
 _SRC_ENV: dict[str, Any] = {}
 
-_STEP_SRC = """
-def step(v, g):
-    {unpack}
-{body}
-"""
+
+def _indented(lines: Sequence[tuple[int, str]], depth: int) -> str:
+    """Statements given as ``(depth, text)``, each indented ``depth`` more levels."""
+    return "\n".join("    " * (depth + d) + text for d, text in lines)
 
 
 def backward_step(op: Op) -> Callable[[Value, float], None]:
@@ -894,24 +892,23 @@ def backward_step(op: Op) -> Callable[[Value, float], None]:
             else f"rules[{k}](g, v.data, {', '.join(x + '.data' for x in names)})"
             for k, rule in enumerate(op.vjp)
         ]
-    body = []
+    body: list[tuple[int, str]] = []  # (depth inside the function, statement)
     for x, e in zip(names, exprs):
         if e is None:
             continue
         if risky or "_ev_" in e or "rules[" in e or "/" in e or "**" in e:
             # a call costs more than the test (and Python's / and **, or a rule called
             # as it is, may raise on a constant operand, which needs no gradient)
-            body.append(f"    if {x}._rg:\n        {x}._adj += {e}")
+            body += [(1, f"if {x}._rg:"), (2, f"{x}._adj += {e}")]
         else:  # float arithmetic that cannot raise: a constant's _adj is a sink
-            body.append(f"    {x}._adj += {e}")
-    src = _STEP_SRC.format(
-        unpack=_UNPACK.get(n, f"x0 = v._a\n    {', '.join(names[1:])}, = v._b"),
-        body="\n".join(body) or "    pass",
-    )
+            body.append((1, f"{x}._adj += {e}"))
+    unpack = _UNPACK.get(n, ["x0 = v._a", f"{', '.join(names[1:])}, = v._b"])
+    lines = [(1, text) for text in unpack] + (body or [(1, "pass")])
+    src = "\ndef step(v, g):\n" + _indented(lines, 0) + "\n"
     exec(compile(src, f"<adcompile.value backward {op.name}>", "exec"), env)  # noqa: S102
     step = env["step"]
     step.source = src
-    step.body = src.split("\n", 2)[2]  # the lines after "def step(v, g):"
+    step.lines = lines  # its statements as (depth, text): the sweep writes them inline
     _STEPS[op] = step
     return step
 
@@ -919,7 +916,7 @@ def backward_step(op: Op) -> Callable[[Value, float], None]:
 _STEPS: dict[Op, Callable[[Value, float], None]] = {}
 # The built-in ops' float functions, which answer nan or inf and never raise.
 _SAFE_EVALS = {op.eval for op in OPS.values()}
-_UNPACK = {1: "x0 = v._a", 2: "x0 = v._a\n    x1 = v._b"}
+_UNPACK = {1: ["x0 = v._a"], 2: ["x0 = v._a", "x1 = v._b"]}
 _step_lock = threading.Lock()
 
 
@@ -1362,8 +1359,7 @@ def _make_sweep(inline: Sequence[str]) -> Callable[..., None]:
         step = backward_step(op)
         env.update((n, x) for n, x in step.__globals__.items() if n.startswith("_ev_"))
         env[f"_op{k}"] = op
-        body = textwrap.indent(step.body, " " * 8).rstrip()
-        parts.append(f"        if fn is _op{k}:\n{body}\n            continue")
+        parts.append(f"        if fn is _op{k}:\n{_indented(step.lines, 2)}\n            continue")
     src = _SWEEP_SRC.format(inline="\n".join(parts))
     exec(compile(src, "<adcompile.value backward sweep>", "exec"), env)  # noqa: S102
     sweep = env["sweep"]

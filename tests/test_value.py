@@ -600,6 +600,34 @@ def test_backward_matches_central_differences_through_operators_with_numbers():
     assert x.grad == pytest.approx(fd, rel=1e-7)
 
 
+def test_a_sweep_with_other_steps_inline_gives_the_same_gradients(monkeypatch):
+    # the reverse sweep writes the steps of the ops it is given inline, each at its
+    # own depth (a guarded "if x._rg:" block included); gradients against differences
+    from adcompile import value
+
+    sweep = value._make_sweep(("div", "pow", "tanh"))
+    assert (
+        "        if fn is _op2:\n"
+        "            x0 = v._a\n"
+        "            x0._adj += (g * (1.0 - (v.data * v.data)))\n"
+        "            continue\n"
+    ) in sweep.source
+    assert "            if x0._rg:\n                x0._adj += _ev_div(g, x1.data)\n" in (
+        sweep.source
+    )
+    monkeypatch.setattr(value, "_sweep", sweep)
+
+    def f(x, y):
+        return ((x / y) ** y).tanh() + x**2.5 / (1.0 + y)
+
+    x, y = Value(0.7), Value(1.3)
+    f(x, y).backward()
+    for k, v in enumerate((x, y)):
+        e = [float(k == 0), float(k == 1)]
+        fd = central_diff(lambda t: f(Value(t[0]), Value(t[1])).data, [0.7, 1.3], e)
+        assert v.grad == pytest.approx(fd, rel=1e-7)
+
+
 def test_a_rule_that_branches_or_calls_math_is_called_as_it_is():
     from adcompile.ops import Op
     from adcompile.value import backward_step
