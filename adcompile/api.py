@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import numbers
 import os
-import re
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ import numpy as np
 
 from . import arguments, batch, captures, entries, randomness
 from .arguments import argnum_positions, keyword_is_input, param_names, shape_text
-from .codegen import Param
+from .codegen import CodeFacts, Param, code_facts
 from .interpret import first_nonfinite
 from .loopir import Lin
 from .loops import batch_source, loop_source
@@ -67,18 +66,19 @@ _BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
 ANNOUNCE_AFTER = 1.0
 
 
-def summary(explanation: str) -> str:
-    """What compiled code is, in a few words, from its explanation (``show_code``'s
-    first comment): "folded into loops: 24 statements for 197 operations" ..."""
-    folded = re.search(r"the source has ([\d,]+) statements instead of ([\d,]+)", explanation)
-    what = (
-        f"folded into loops: {folded[1]} statements for {folded[2]} operations"
-        if folded
-        else explanation.split(":")[0].split(". ")[0].rstrip(".")
-    )
-    if explanation.startswith("Generic in the batch length"):
-        what = "one program for every batch length, " + what
-    return what
+def summary(facts: CodeFacts) -> str:
+    """What compiled code is, in a few words, from its facts (``codegen.code_facts``):
+    "folded into loops: 24 statements for 197 operations" ..."""
+    if facts.kind == "folded":
+        what = (
+            f"folded into loops: {facts.statements} statements for {facts.operations} operations"
+        )
+        return "one program for every batch length, " + what if facts.generic else what
+    if facts.how:
+        return facts.how
+    if facts.kind == "straight-line":
+        return "Straight-line code"
+    return f"{facts.slots} slots, run on the compiled tape interpreter"
 
 
 @dataclasses.dataclass
@@ -93,6 +93,7 @@ class CompileEvent:
     key: tuple = ()
     from_disk: bool = False  # Numba's machine code loaded from the disk cache
     traced: bool = True
+    facts: CodeFacts | None = None  # what was made, in numbers (``produced`` words them)
 
     def line(self, name: str) -> str:
         """The event in one line (what ``ADCOMPILE_LOG=compiles`` prints)."""
@@ -145,9 +146,9 @@ class _Announce:
             flush=True,
         )
 
-    def done(self, explanation: str) -> None:
+    def done(self, compiled: Any) -> None:
         """What was compiled (see :func:`summary`)."""
-        self.what = summary(explanation)
+        self.what = summary(code_facts(compiled))
 
     def __exit__(self, *exc: Any) -> None:
         if self.timer is None:
@@ -946,7 +947,7 @@ class Transformed:
             batches = dict(self._batches)
             found = self._batch_call(key, args, flat)
             if found is not None:
-                announce.done(found[0].compiled.explanation)
+                announce.done(found[0].compiled)
                 gen = found[0].compiled.gen
                 new = not any(g is gen for g in batches.values())
                 n = found[0].compiled.n
@@ -958,7 +959,7 @@ class Transformed:
                 self._record(reason, found[0], clock, key, traced=new)
                 return found
             spec = self._specialise(key, args)
-            announce.done(spec.compiled.explanation)
+            announce.done(spec.compiled)
             self._record(reason, spec, clock, key)
         ok, out = spec.call(*flat)
         if not ok:  # the trace itself took these branches, so this cannot happen
@@ -1012,14 +1013,16 @@ class Transformed:
         self, reason: str, spec: Specialisation, clock: float, key: tuple, traced: bool = True
     ) -> None:
         """Keep the event; with ``ADCOMPILE_LOG=compiles``, print it on stderr."""
+        facts = code_facts(spec.compiled)
         event = CompileEvent(
             reason,
-            summary(spec.compiled.explanation),
+            summary(facts),
             time.perf_counter() - clock,
             dict(self._stages) if traced else {},
             key,
             _from_disk(spec.compiled) if traced else False,
             traced,
+            facts,
         )
         self.events.append(event)
         if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
@@ -1158,6 +1161,7 @@ class Transformed:
             unrolled,
             ks,
             guards,
+            loops.facts,
         )
         self._stages["compile"] = time.perf_counter() - clock
         return gen
@@ -1566,8 +1570,7 @@ class Transformed:
         if spec is None:
             return "no specialisation recorded"
         compiled = spec.compiled
-        explanation = getattr(compiled, "explanation", "")
-        text = summary(explanation) if explanation else f"{getattr(compiled, 'kind', '?')} code"
+        text = summary(code_facts(compiled))
         if getattr(spec, "direct", None) is not None:
             text += ", with a direct entry (hot)"
         traced = sum(e.traced for e in t.events)
@@ -1575,6 +1578,14 @@ class Transformed:
         if t.events:
             text += f", the last because of: {t.events[-1].reason}"
         return text
+
+    @property
+    def facts(self) -> CodeFacts:
+        """What the most recently used specialisation's code is, in numbers
+        (``codegen.CodeFacts``: its kind, operations, statements, loops)."""
+        if self._last is None:
+            raise AttributeError(f"{self._name}() has not been compiled yet: call it once")
+        return code_facts(self._last.compiled)
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .codegen import Param
+from .codegen import CodeFacts, Param
 from .lengths import Guard, holds
 from .tape import Tape
 from .tensor import tensor
@@ -85,6 +85,7 @@ class BatchCompiled:
         tape: Tape | Callable[[], Tape],
         lengths: tuple[int, ...],
         guards: Sequence[Guard] = (),
+        facts: CodeFacts | None = None,
     ) -> None:
         from .jit import compile_folded_source  # the Numba side, imported on use
 
@@ -92,6 +93,7 @@ class BatchCompiled:
         self.guards = tuple(guards)  # ... at which the code's comparisons on n answer as traced
         self.source = source
         self.explanation = explanation
+        self.facts = facts  # what the code is, in numbers (``api.summary``)
         self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
         self.fn = compile_folded_source(source, fname, functions, params, "int64")
         self.work_size = work  # (a, b): the work array holds a * n + b values

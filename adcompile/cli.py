@@ -374,7 +374,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 else:
                     os.environ["ADCOMPILE_QUIET"] = quiet
             print(
-                f"compiled in {time.perf_counter() - start:.1f} s ({summary(step.explanation)})",
+                f"compiled in {time.perf_counter() - start:.1f} s ({summary(step.facts)})",
                 file=sys.stderr,
             )
         bar = Progress(args.steps)  # stage 2: training
@@ -438,7 +438,7 @@ def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
                 del os.environ["ADCOMPILE_QUIET"]
             else:
                 os.environ["ADCOMPILE_QUIET"] = quiet
-        how = summary(vg.local.explanation) if vg.local._last is not None else vg.last_program
+        how = summary(vg.local.facts) if vg.local._last is not None else vg.last_program
         print(
             f"compiled in {time.perf_counter() - start:.1f} s ({how}; the workers run "
             f"{'its source' if vg.last_program == 'source' else 'the function'})",

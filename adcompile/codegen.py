@@ -15,6 +15,7 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -253,6 +254,43 @@ def _fresh(name: str, names: Sequence[str], params: Sequence[Param]) -> str:
     while name in taken:
         name += "_"
     return name
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """What compiled code is, in numbers kept when it is made (``api.summary`` words
+    them; ``entries.hot_ready`` reads ``statements``)."""
+
+    kind: str  # "straight-line", "folded" or "interpreter"
+    operations: int  # primitive operations of the tape it was made from (for code
+    # differentiated as loops: of the primal tape, before differentiating)
+    statements: int  # primitive statements the source prints (loop bodies once)
+    loops: int = 0  # repeated segments folded into for loops
+    slots: int = 0  # slots of the tape (what the interpreter runs)
+    generic: bool = False  # one program for every batch length (``adcompile.batch``)
+    how: str = ""  # how a derivative was made ("Jacobian by reverse-mode sweeps"), or ""
+
+
+def code_facts(compiled: Any) -> CodeFacts:
+    """The :class:`CodeFacts` of compiled code of any kind: those it keeps (code folded as
+    loops, batch-generic code, a derivative's code), else read off its tape and folded
+    code (``jit.Compiled``, ``jit.FoldedFunction``)."""
+    facts = getattr(compiled, "facts", None)
+    if facts is not None:
+        return facts
+    for inner in ("gen", "one"):  # batch code at one length; the code of one basis vector
+        if hasattr(compiled, inner):
+            return code_facts(getattr(compiled, inner))
+    folded = getattr(compiled, "folded", None)
+    if folded is not None and folded is not compiled:
+        compiled = folded
+    tape = compiled.tape
+    if compiled.kind == "folded":
+        code = compiled.code
+        return CodeFacts("folded", tape.n_ops, code.statements, len(code.segments), len(tape))
+    if compiled.kind == "straight-line":
+        return CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
+    return CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))
 
 
 def module_source(functions: Sequence[str]) -> str:

@@ -10,6 +10,7 @@ op table and compiled once (then loaded from Numba's cache).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import importlib.util
@@ -32,6 +33,7 @@ import numba
 import numpy as np
 
 from .codegen import (
+    CodeFacts,
     Outputs,
     Param,
     Program,
@@ -871,6 +873,7 @@ class LoopCompiled:
     ) -> None:
         self.params = list(params)
         self.source, self.explanation = loops.source, loops.explanation
+        self.facts = loops.facts
         self.program, self.grad = loops.program, loops.grad
         self.timings = dict(loops.timings)
         self.columns, self.work_size, self.n_out = (
@@ -892,6 +895,7 @@ class LoopCompiled:
             "kind": "loops",
             "source": self.source,
             "explanation": self.explanation,
+            "facts": dataclasses.asdict(self.facts),
             "columns": np.asarray(self.columns).tolist(),
             "columns_dtype": str(np.asarray(self.columns).dtype),
             "work_size": int(self.work_size),
@@ -907,6 +911,7 @@ class LoopCompiled:
         self = cls.__new__(cls)
         self.params = list(params)
         self.source, self.explanation = record["source"], record["explanation"]
+        self.facts = CodeFacts(**record["facts"])
         self.program = self.grad = None  # (not kept: only the loop printer reads them)
         self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
         self.work_size, self.n_out = record["work_size"], record["n_out"]

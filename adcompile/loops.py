@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .codegen import Param, module_source
+from .codegen import CodeFacts, Param, module_source
 from .loopfuse import fuse
 from .loopgen import Generated, generate
 from .loopgrad import GradProgram, grad
@@ -66,6 +66,7 @@ class LoopSource:
     explanation: str
     n_out: int
     timings: dict[str, float]
+    facts: CodeFacts | None = None  # what the code is, in numbers (``api.summary``)
 
 
 def loop_source(
@@ -125,7 +126,8 @@ def loop_source(
         + f": the source has {code.statements} statements instead of {tape.n_ops} "
         "(the operations of the tape, before differentiating)." + _guard_note(program)
     )
-    return _source(program, gp, code, explanation, timings)
+    facts = CodeFacts("folded", tape.n_ops, code.statements, len(loops), len(tape))
+    return _source(program, gp, code, explanation, timings, facts)
 
 
 def _guard_note(program: Program) -> str:
@@ -195,7 +197,8 @@ def batch_source(
         + f": the source has {code.statements} statements instead of {ops} (the operations "
         f"of the tape at n = {ks[-1]}, before differentiating)."
     )
-    return _source(generic, gp, code, explanation, timings), tuple(ks)
+    facts = CodeFacts("folded", ops, code.statements, len(loops), generic=True)
+    return _source(generic, gp, code, explanation, timings, facts), tuple(ks)
 
 
 def _differentiate_and_print(
@@ -235,6 +238,7 @@ def _source(
     code: Generated,
     explanation: str,
     timings: dict[str, float],
+    facts: CodeFacts,
 ) -> LoopSource:
     """The module (``explanation`` as its header comment) and how many outputs it writes."""
     header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
@@ -245,5 +249,5 @@ def _source(
         else len(program.outputs)
     )
     return LoopSource(
-        program, gp, code, module_source([header + code.text]), explanation, n_out, timings
+        program, gp, code, module_source([header + code.text]), explanation, n_out, timings, facts
     )

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from .api import Transformed
+from .codegen import CodeFacts
 from .value import Value
 
 
@@ -73,6 +74,11 @@ class CompiledLoss:
     def explanation(self) -> str:
         """Why the most recent call's code has the form it has (folded loops ...)."""
         return self._vg.explanation
+
+    @property
+    def facts(self) -> CodeFacts:
+        """What the most recent call's code is, in numbers (``codegen.CodeFacts``)."""
+        return self._vg.facts
 
 
 def compile_loss(loss_fn: Callable[..., Any], params: Iterable[Value]) -> CompiledLoss:

@@ -16,6 +16,7 @@ compiles that with Numba. Conventions follow JAX:
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import time
 from collections import OrderedDict
@@ -33,7 +34,7 @@ from .api import (
     shape_text,
     values_like,
 )
-from .codegen import Param
+from .codegen import Param, code_facts
 from .forward import (
     MODES,
     choose_mode,
@@ -159,9 +160,9 @@ class Derived(Transformed):
             one = Compiled(code, [*params, Param("e", m)], f"{fname}_one", f"{doc}; {note}")
             compiled = BasisCompiled(one, params, m, dest, layout.n_out, fname)
         self._stages["generate and compile"] = time.perf_counter() - clock
-        compiled.explanation = f"{_WHAT[self.mode].capitalize()} by {note}. " + (
-            compiled.explanation
-        )
+        how = f"{_WHAT[self.mode].capitalize()} by {note}"
+        compiled.explanation = f"{how}. {compiled.explanation}"
+        compiled.facts = dataclasses.replace(code_facts(compiled), how=how)
         spec = Specialisation(tape, compiled, [], self.mode, False, layout)
         return self._keep(key, spec)
 

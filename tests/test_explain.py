@@ -136,3 +136,84 @@ def test_disk_cache_and_the_compile_log(tmp_path):
         assert "f_value_and_grad" in log[0] and "first call" in log[0]
     assert "loaded from the disk cache" not in runs[0].stdout
     assert "Numba's machine code loaded from the disk cache" in runs[1].stdout
+
+
+def _primitive_statements(source: str) -> int:
+    """Assignments of an expression (a primitive) in generated source, counted by its
+    syntax tree, apart from the generator's own count."""
+    import ast
+
+    kinds = (ast.BinOp, ast.UnaryOp, ast.Call, ast.Compare, ast.IfExp, ast.BoolOp)
+    return sum(
+        isinstance(n, (ast.Assign, ast.AugAssign)) and isinstance(n.value, kinds)
+        for n in ast.walk(ast.parse(source))
+    )
+
+
+def nested_tanh(x):
+    s = 0.0
+    for i in range(20):
+        t = x[i % 4]
+        for j in range(4):
+            t = ad.tanh(t * x[j] + 0.1 * j)
+        s = s + t
+    return s
+
+
+@pytest.mark.parametrize("transform", [ad.jit, ad.grad])
+def test_what_was_made_is_kept_as_numbers(transform):
+    # issue 29: the event and the transform keep the numbers of what was made
+    # (statements printed, operations of the tape, loops), read by summary and the
+    # CLI, instead of reading them back out of the explanation's prose
+    t = transform(nested_tanh)
+    x = np.linspace(0.1, 0.4, 4)
+    t(x)
+    facts = t.events[0].facts
+    assert facts == t.facts
+    assert facts.kind == "folded" and facts.loops >= 1
+    assert facts.statements == _primitive_statements(t.source)
+    assert facts.operations == ad.trace(nested_tanh, x).n_ops  # the primal's
+    assert t.events[0].produced == (
+        f"folded into loops: {facts.statements} statements for {facts.operations} operations"
+    )
+
+    small = transform(lambda x: x * ad.sin(x) + 1.0)
+    small(0.3)
+    facts = small.events[0].facts
+    tape = ad.trace(lambda x: x * ad.sin(x) + 1.0, 0.3)
+    assert facts.kind == "straight-line"
+    assert facts.statements == _primitive_statements(small.source) > 0
+    if transform is ad.jit:
+        assert facts.operations == tape.n_ops == 3
+    assert small.events[0].produced == "Straight-line code"
+
+
+def test_the_numbers_of_loop_code_outlive_its_disk_record():
+    import json
+
+    from adcompile.jit import LoopCompiled
+
+    t = ad.grad(nested_tanh)
+    x = np.linspace(0.1, 0.4, 4)
+    t(x)
+    compiled = t.last.compiled
+    assert isinstance(compiled, LoopCompiled)
+    record = json.loads(json.dumps(compiled.record()))
+    again = LoopCompiled.restored(record, compiled.params, t.compiled_name, lambda: None)
+    assert again.facts == compiled.facts
+    assert again.facts.statements == _primitive_statements(again.source)
+
+
+def test_batch_generic_code_says_so_in_its_numbers():
+    def loss(w, X):
+        s = 0.0
+        for r in X:
+            s = s + ad.tanh(w[0] * r[0] + w[1] * r[1]) ** 2
+        return s
+
+    vg = ad.grad(loss)
+    vg(np.ones(2), np.ones((40, 2)))
+    facts = vg.facts
+    assert facts.generic and facts.kind == "folded"
+    assert facts.statements == _primitive_statements(vg.source)
+    assert vg.events[-1].produced.startswith("one program for every batch length, folded")
