@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .codegen import code_facts
 from .outputs import OutLayout
 from .tape import Tape
 from .value import DEFAULT_MODE, MODE
@@ -38,8 +39,10 @@ BACKGROUND = True
 #: code runs long enough that the Python around the call matters little, and
 #: compiles for longer).
 HOT_SLOTS = 400
-#: Folded code gets one if its source has at most this many lines.
-HOT_FOLDED_LINES = 300
+#: Folded code gets one if its source prints at most this many primitive
+#: statements (``CodeFacts.statements``, loop bodies once; about 300 lines of
+#: source: folded code of the loop IR prints 1.2 to 2.9 lines per statement).
+HOT_FOLDED_STATEMENTS = 150
 #: ... and either only if its compiled code takes at most this long a call
 #: (a direct entry saves about 0.3 to 0.5 µs a call).
 HOT_MAX_SECONDS = 20e-6
@@ -187,15 +190,15 @@ def entry_names(slow: Callable) -> dict[str, Any]:
 
 def hot_ready(spec: Specialisation, key: tuple) -> bool:
     """Whether ``spec`` may get a direct entry once hot: straight-line code of
-    at most ``HOT_SLOTS`` slots, or folded code of at most ``HOT_FOLDED_LINES``
-    lines, of floats and 1-D arrays."""
+    at most ``HOT_SLOTS`` slots, or folded code of at most ``HOT_FOLDED_STATEMENTS``
+    statements, of floats and 1-D arrays."""
     if not all(shape is None or len(shape) == 1 for shape in key):
         return False
     compiled = spec.compiled
     kind = getattr(compiled, "kind", "")
     if kind == "folded":  # (its unrolled tape may not exist: not asked for)
         code = getattr(compiled, "folded", None) or getattr(compiled, "gen", None)
-        return code is not None and compiled.source.count("\n") <= HOT_FOLDED_LINES
+        return code is not None and code_facts(compiled).statements <= HOT_FOLDED_STATEMENTS
     tape = getattr(compiled, "tape", None)
     return kind == "straight-line" and isinstance(tape, Tape) and len(tape) <= HOT_SLOTS
 

@@ -789,3 +789,34 @@ def test_arguments_named_like_builtins_the_generated_code_uses():
     assert value == pytest.approx(60 * np.sum(d**2), rel=1e-12)
     np.testing.assert_allclose(gx, 60 * g, rtol=1e-12)
     assert gc == pytest.approx(30 * np.sum(d**2), rel=1e-12)
+
+
+def test_folded_code_is_hot_ready_by_its_statements_not_its_lines(monkeypatch):
+    # issue 29: the size limit for a direct entry of folded code is the number of
+    # statements the generator printed (CodeFacts), not a count of source lines
+    import ast
+
+    from adcompile import entries
+
+    def f(x):
+        s = 0.0
+        for i in range(30):
+            s = s + ad.tanh(x[i % 3] * x[(i + 1) % 3] + 0.1 * i)
+        return s
+
+    vg = ad.value_and_grad(f)
+    x = np.array([0.1, 0.2, 0.3])
+    vg(x)
+    spec, key = vg.spec_for((x,))
+    n = sum(
+        isinstance(s, ast.Assign) and isinstance(s.value, (ast.BinOp, ast.Call, ast.UnaryOp))
+        for s in ast.walk(ast.parse(spec.compiled.source))
+    )
+    assert spec.compiled.kind == "folded" and vg.facts.statements == n
+    monkeypatch.setattr(entries, "HOT_FOLDED_STATEMENTS", n)
+    assert entries.hot_ready(spec, key)
+    monkeypatch.setattr(spec.compiled, "source", spec.compiled.source + "#\n" * 1000)
+    assert entries.hot_ready(spec, key)  # (comments and blank lines do not count)
+    monkeypatch.setattr(entries, "HOT_FOLDED_STATEMENTS", n - 1)
+    assert not entries.hot_ready(spec, key)
+    assert not entries.hot_ready(spec, ((3, 1),))  # 2-D arrays: no direct entry
