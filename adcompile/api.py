@@ -55,7 +55,7 @@ from .value import (
 MAX_SPECIALISATIONS = 16
 #: Fold a large tape into loops before differentiating it, and differentiate the
 #: loops as loops (``adcompile.loopgen``); off, or where that does not fold, the
-#: unrolled tape is differentiated and folded afterwards (``adcompile.fold``).
+#: unrolled tape is differentiated and folded afterwards, as value code (``jit.Compiled``).
 LOOP_IR = os.environ.get("ADCOMPILE_LOOP_IR", "1") != "0"
 #: The ops adcompile defines (by identity): code of tapes of these only is kept on
 #: disk for other processes (an op a user defines may differ there).

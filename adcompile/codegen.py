@@ -274,7 +274,7 @@ class CodeFacts:
 def code_facts(compiled: Any) -> CodeFacts:
     """The :class:`CodeFacts` of compiled code of any kind: those it keeps (code folded as
     loops, batch-generic code, a derivative's code), else read off its tape and folded
-    code (``jit.Compiled``, ``jit.FoldedFunction``)."""
+    code (``jit.Compiled``)."""
     facts = getattr(compiled, "facts", None)
     if facts is not None:
         return facts
@@ -283,11 +283,8 @@ def code_facts(compiled: Any) -> CodeFacts:
             return code_facts(getattr(compiled, inner))
     folded = getattr(compiled, "folded", None)
     if folded is not None and folded is not compiled:
-        compiled = folded
+        return code_facts(folded)  # (loop code keeps its facts)
     tape = compiled.tape
-    if compiled.kind == "folded":
-        code = compiled.code
-        return CodeFacts("folded", tape.n_ops, code.statements, len(code.segments), len(tape))
     if compiled.kind == "straight-line":
         return CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
     return CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))

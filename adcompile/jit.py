@@ -49,7 +49,7 @@ from .tape import Tape
 #: straight-line code (Numba needs about 1 ms per generated statement).
 STRAIGHT_LINE_LIMIT = 1000
 #: Tapes with at least this many slots are searched for repeated segments to
-#: fold into loops (``adcompile.fold``); smaller ones compile quickly as they are.
+#: fold into loops (``adcompile.loops``); smaller ones compile quickly as they are.
 FOLD_MIN_SLOTS = 200
 
 _lock = threading.Lock()
@@ -390,64 +390,6 @@ def compile_folded_source(
     return compile_now(getattr(mod, fname), f"boolean({', '.join(types + [arr] * 3)})")
 
 
-class FoldedFunction:
-    """A tape compiled with its repeated segments as loops (``adcompile.fold``).
-
-    ``call(*args) -> (ok, outputs)`` as :class:`Compiled`; ``source`` is the
-    generated module, ``explanation`` says what was folded, ``timings`` the
-    seconds per stage. ``fn(*args, work, columns, out) -> ok`` is the Numba
-    function itself, with ``work`` this thread's work array (``local.work``,
-    made by the first ``call``). ``segments`` may be given (a list, or a
-    ``fold.Plan`` already made for this tape and these params); by default
-    they are found here.
-    """
-
-    kind = "folded"
-
-    def __init__(
-        self,
-        tape: Tape,
-        params: Sequence[Param],
-        fname: str,
-        doc: str = "",
-        segments: Any = None,
-    ) -> None:
-        from . import fold
-
-        folded = fold.fold_source(tape, params, fname, doc, segments)
-        self.params = list(params)
-        self.tape, self.segments, self.code = folded.tape, folded.segments, folded.code
-        self.explanation, self.source = folded.explanation, folded.source
-        self.timings = dict(folded.timings)
-        clock = time.perf_counter()
-        self.fn = compile_folded_source(self.source, fname, self.code.functions, params)
-        self.timings["compile"] = time.perf_counter() - clock
-        self.work_size = self.code.work_size
-        self.local = threading.local()
-        self.columns = self.code.columns
-        self.n_out = len(self.tape.outputs)
-
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
-        out = np.empty(self.n_out)
-        # the work array is kept between calls (one per thread): a large one costs
-        # more to allocate and page in than a small loop takes to run
-        work = getattr(self.local, "work", None)
-        if work is None:
-            work = self.local.work = np.empty(max(self.work_size, 1))
-        return self.fn(*args, work, self.columns, out), out
-
-
-def compile_folded(
-    tape: Tape, params: Sequence[Param], fname: str, doc: str = ""
-) -> FoldedFunction:
-    """Fold ``tape`` and compile it (see :class:`FoldedFunction`)."""
-    return FoldedFunction(tape, params, fname, doc)
-
-
 #: Compiled code by the digest of the tape it was made from (``Tape.digest``, with
 #: what else the code depends on), for every transform of this process: a trace
 #: that gives a tape seen before reuses its code. The most recent ``SHARED_CODES``
@@ -575,7 +517,7 @@ class Compiled:
     ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
     recorded while tracing does not hold for these inputs. Straight-line code
     has its Numba function as ``fn(*args, out) -> ok``, folded code its
-    :class:`FoldedFunction` as ``folded``.
+    :class:`LoopCompiled` as ``folded``.
     """
 
     def __init__(
@@ -592,7 +534,7 @@ class Compiled:
         self.n_out = len(tape.outputs)
         self._source: str | None = None
         plan = None
-        if force in (None, "folded") and len(tape) >= FOLD_MIN_SLOTS:
+        if force == "folded" or (force is None and len(tape) >= FOLD_MIN_SLOTS):
             from .loops import loop_source  # the value code of the tape, folded into loops
 
             plan = loop_source(tape, params, None, fname, doc, STRAIGHT_LINE_LIMIT)
@@ -721,7 +663,7 @@ def compile_direct_folded(
     """A Numba function that calls folded code and places its outputs as the
     fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
 
-    ``folded`` is a :class:`FoldedFunction` (or folded code shaped like one),
+    ``folded`` is a :class:`LoopCompiled` (or folded code shaped like one),
     or batch-generic code (``adcompile.batch``) run at batch length ``n``;
     ``sizes`` are its arguments' (None for a float). ``arrays`` are ``(name,
     start, size)``: each such parameter receives ``out[start:start + size]``;
@@ -931,8 +873,18 @@ class LoopCompiled:
             self._tape = self._unrolled()
         return self._tape
 
-    __call__ = FoldedFunction.__call__
-    call = FoldedFunction.call
+    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
+        return self.call(*args)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
+        out = np.empty(self.n_out)
+        # the work array is kept between calls (one per thread): a large one costs
+        # more to allocate and page in than a small loop takes to run
+        work = getattr(self.local, "work", None)
+        if work is None:
+            work = self.local.work = np.empty(max(self.work_size, 1))
+        return self.fn(*args, work, self.columns, out), out
 
 
 #: How an argument of a vmapped function is passed to its kernel: a float per

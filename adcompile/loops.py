@@ -4,8 +4,9 @@ turn, differentiate the program as loops and print it.
 ``loop_source`` does it for one tape; ``batch_source`` traces at three batch
 lengths and makes one program in n (``loopir.generalise``). Both return the
 module source and what the caller needs to compile it (``jit.LoopCompiled``,
-``batch.BatchCompiled``), or None where the loop IR does not take the tape
-(then the unrolled path does, ``fold.py``).
+``batch.BatchCompiled``), or None where the loop IR does not take the tape.
+A tape it does not differentiate as loops is differentiated unrolled and its
+derivative tape folded here as value code (``jit.Compiled``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .loopgen import Generated, generate
 from .loopgrad import GradProgram, grad
 from .loopir import Block, Lin, Loop, NotAffine, Program, build, generalise, nest
 from .passes import hoist_constants
-from .segments import find_segments
+from .segments import Segment, find_segments
 from .tape import Tape
 
 #: A loop body of this many operations is long: folding it in turn (loops
@@ -46,13 +47,28 @@ def _nested(loops: list[Loop]) -> str:
     return f"; {which} folded in turn into {k} loop{'s' if k != 1 else ''} inside it"
 
 
-def _fold_bodies(program: Program) -> None:
+def _fold_bodies(program: Program, long_body: int = LONG_BODY) -> None:
     """Fold each long loop body in turn (loops inside loops), where it repeats."""
     if not NEST:
         return
     for item in program.items:
-        if type(item) is Loop and item.body.n_ops >= LONG_BODY:
-            item.inner = nest(item, program.params, LONG_BODY)
+        if type(item) is Loop and item.body.n_ops >= long_body:
+            item.inner = nest(item, program.params, long_body)
+
+
+def fold_program(
+    tape: Tape,
+    segments: Sequence[Segment],
+    params: Sequence[Param],
+    fname: str = "f",
+    long_body: int = LONG_BODY,
+) -> Program:
+    """The loop program of ``tape`` with ``segments`` folded into loops: adjacent
+    loops fused (``loopfuse``), bodies of ``long_body`` operations or more folded
+    in turn."""
+    program = fuse(build(tape, segments, params, fname))
+    _fold_bodies(program, long_body)
+    return program
 
 
 @dataclass
@@ -100,8 +116,7 @@ def loop_source(
     lap("detect")
     if not segments:
         return None
-    program = fuse(build(tape, segments, params, fname))
-    _fold_bodies(program)
+    program = fold_program(tape, segments, params, fname)
     if report is not None:
         report["flat"] = sum(
             len(it.nodes) if type(it) is Block else it.body.n_ops

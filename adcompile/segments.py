@@ -10,8 +10,8 @@ previous repetition's accumulator), or advancing by a fixed stride
 Detection is greedy, left to right, in time roughly linear in the tape:
 hashes of op-code windows at a few widths propose periods, and a vectorised
 check over whole repetitions confirms them. A repetition that breaks any
-progression ends the segment. ``adcompile.fold`` prints each segment once,
-inside a ``for`` loop.
+progression ends the segment. ``adcompile.loopir`` makes each segment a
+``for`` loop whose body is written once.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     t1 = time.perf_counter()
     gtape = grad_tape(tape)
     rec["grad_tape_s"] = time.perf_counter() - t1
-    ff = jit.compile_folded(gtape, params, "f_value_and_grad")
+    ff = jit.Compiled(gtape, params, "f_value_and_grad", force="folded").folded
     rec.update({f"{k}_s": v for k, v in ff.timings.items()})
     t2 = time.perf_counter()
     ok, out = ff.call(arg)
@@ -99,8 +99,10 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     rec["ok"] = bool(ok)
     rec["rel_err"] = max(W.rel_err(out[0], ref.value), W.rel_err(out[1:], ref.grad))
     rec["slots"] = len(gtape)
-    rec["segments"] = [str(s) for s in ff.segments]
-    rec["statements"] = ff.code.statements
+    rec["segments"] = [
+        f"{it.size} x {it.trips}" for it in ff.program.items if type(it).__name__ == "Loop"
+    ]
+    rec["statements"] = ff.facts.statements
     rec["source_lines"] = ff.source.count("\n")
     # the same gradient tape on the compiled tape interpreter (today's path for big tapes)
     from importlib import import_module
@@ -161,9 +163,9 @@ def child_scaling(n_ops: int) -> dict[str, Any]:
     from importlib import import_module
 
     import adcompile as ad
-    from adcompile import fold
     from adcompile.codegen import Param
     from adcompile.reverse import grad_tape
+    from adcompile.segments import find_segments
 
     from . import workloads as W
 
@@ -180,7 +182,7 @@ def child_scaling(n_ops: int) -> dict[str, Any]:
     rec["grad_ops"] = gtape.n_ops
     params = [Param("x", 4)]
     t2 = time.perf_counter()
-    rec["fold_segments"] = len(fold.find_segments(gtape, params))
+    rec["fold_segments"] = len(find_segments(gtape, params))
     rec["fold_scan_s"] = time.perf_counter() - t2
     x = np.ascontiguousarray(prog.x)
     kinds = ["interpreter"] + (["straight-line"] if n_ops <= STRAIGHT_LINE_MAX else [])

@@ -1,5 +1,8 @@
 """Folding repeated tape segments into loops: detection, generated code, compiled results.
 
+These are derivative tapes (differentiated unrolled) folded as value code
+through the loop IR (``loops.fold_program``, ``loopgen``), the path of
+``jit.Compiled`` for tapes the loop pipeline does not differentiate itself.
 Every folded function is checked against the interpreter on the same tape
 (rtol 1e-12): compiled with Numba for the workloads, and executed as plain
 Python (the generated source needs only ``math``) for the many random tapes
@@ -19,11 +22,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import fold, interpret
+from adcompile import interpret, loopgen, loopir
 from adcompile.codegen import Param, module_source
+from adcompile.loops import fold_program, loop_source
 from adcompile.ops import OPS
 from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
+from adcompile.segments import Segment, find_segments
 from adcompile.tape import CONST, INPUT, Guard, Node, Tape
 
 jit = importlib.import_module("adcompile.jit")  # the module (ad.jit is the transform)
@@ -50,9 +55,28 @@ def point(*args) -> np.ndarray:
     return np.concatenate([np.atleast_1d(np.asarray(a, float)).ravel() for a in args])
 
 
+def generate(tape: Tape, segments, params=None, long_body: int | None = None):
+    """The value code of ``tape`` with ``segments`` folded (``loopgen.Generated``)."""
+    kw = {} if long_body is None else {"long_body": long_body}
+    program = fold_program(tape, segments, params, "f", **kw)
+    return loopgen.generate(program, program.params, "f")
+
+
+def folded_source(tape: Tape, segments, params=None) -> str:
+    return module_source([generate(tape, segments, params).text])
+
+
+def folded_statements(tape: Tape, segments, params=None) -> int:
+    return fold_program(tape, segments, params).statements
+
+
+def loops_of(ff) -> list:
+    return [it for it in ff.program.items if type(it) is loopir.Loop]
+
+
 def run_python(tape: Tape, segments, params, args) -> tuple[bool, np.ndarray]:
     """Run the folded source as plain Python (no Numba)."""
-    code = fold.generate(tape, segments, "f", params)
+    code = generate(tape, segments, params)
     ns: dict = {}
     exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
     out = np.empty(len(tape.outputs))
@@ -65,10 +89,15 @@ def assert_matches(got, tape: Tape, args) -> None:
     np.testing.assert_allclose(got, ref, rtol=RTOL, atol=0)
 
 
-def compiled_check(f, *args, name: str = "f") -> jit.FoldedFunction:
+def compile_folded(gt: Tape, params, name: str):
+    """The gradient tape folded as value code and compiled (``jit.LoopCompiled``)."""
+    return jit.Compiled(gt, params, name, force="folded").folded
+
+
+def compiled_check(f, *args, name: str = "f"):
     """Trace f, fold its gradient tape, compile, compare with the interpreter."""
     gt = grad_tape(ad.trace(f, *args))
-    ff = jit.compile_folded(gt, params_of(*args), name)
+    ff = compile_folded(gt, params_of(*args), name)
     ok, out = ff.call(*flat_args(*args))
     assert ok
     assert_matches(out, gt, args)
@@ -104,11 +133,11 @@ def test_rosenbrock_folds_compiles_and_matches(f):
     ff = compiled_check(f, x, name=f.__name__)
     assert ff.kind == "folded"
     gt = ff.tape
-    folded = sum(gt.nodes[j].op != CONST for s in ff.segments for j in range(s.start, s.stop))
+    folded = sum(lp.body.n_ops * lp.trips for lp in loops_of(ff))
     assert folded > 0.95 * gt.n_ops
     np.testing.assert_allclose(ff.call(x)[1][1:], rosen_grad(x), rtol=1e-12, atol=1e-12)
-    assert "for r in range(" in ff.source and "Folded" in ff.explanation
-    assert re.search(r"\n        out\[\d+ - r\] = ", ff.source)  # the gradient, from the loop
+    assert "for i in range(" in ff.source and "Folded" in ff.explanation
+    assert re.search(r"\n        out\[\d+ - i\] = ", ff.source)  # the gradient, from the loop
 
 
 @pytest.mark.parametrize("f", [rosen_loop, rosen_numpy])
@@ -117,9 +146,9 @@ def test_source_length_does_not_grow_with_n(f):
     for n in (40, 400):
         gt = grad_tape(ad.trace(f, 0.9 * np.cos(np.arange(n))))
         params = [Param("x", n)]
-        segs = fold.find_segments(gt, params)
-        sizes.append(statements(fold.folded_source(gt, segs, "f", params)))
-        assert fold.folded_statements(gt, segs) < 40
+        segs = find_segments(gt, params)
+        sizes.append(statements(folded_source(gt, segs, params)))
+        assert folded_statements(gt, segs, params) < 40
     assert sizes[0] == sizes[1]
 
 
@@ -141,9 +170,9 @@ def test_chain_folds_and_gives_the_derivative():
     ok, out = ff.call(0.3)
     assert out[0] == pytest.approx(x, rel=1e-14) and out[1] == pytest.approx(d, rel=1e-12)
     long = grad_tape(ad.trace(chain(600), 0.3))
-    segs = fold.find_segments(long, [Param("x", None)])
+    segs = find_segments(long, [Param("x", None)])
     assert [s.reps for s in segs] == [600, 598]  # forward; adjoint less its two edges
-    assert statements(fold.folded_source(long, segs, "f", [Param("x", None)])) < 30
+    assert statements(folded_source(long, segs, [Param("x", None)])) < 30
 
 
 H = 3  # hidden units: small, so that Numba compiles the loop body quickly
@@ -176,12 +205,12 @@ def mlp_data(n):
 def test_mlp_loop_over_examples_folds_per_example():
     p, X, y = mlp_data(8)
     gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
-    ff = jit.compile_folded(gt, params_of(p, X, y), "mlp")
+    ff = compile_folded(gt, params_of(p, X, y), "mlp")
     ok, out = ff.call(*flat_args(p, X, y))
     assert ok
     assert_matches(out, gt, (p, X, y))
-    big = [s for s in ff.segments if s.size > 30]
-    assert len(big) == 2 and all(s.reps >= 6 for s in big)  # forward and adjoint per example
+    big = [lp for lp in loops_of(ff) if lp.size > 30]
+    assert len(big) == 2 and all(lp.trips >= 6 for lp in big)  # forward and adjoint per example
     # parameters used by every example get the sum of their contributions
     eps = 1e-6
     f0 = interpret.evaluate(gt, point(p, X, y))[0]
@@ -198,7 +227,7 @@ def test_mlp_source_length_does_not_grow_with_examples():
         gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
         params = params_of(p, X, y)
         sizes.append(
-            statements(fold.folded_source(gt, fold.find_segments(gt, params), "f", params))
+            statements(folded_source(gt, find_segments(gt, params), params))
         )
     assert sizes[0] == sizes[1]
 
@@ -233,28 +262,25 @@ def test_constants_that_differ_per_repetition_are_read_from_a_column():
         return sum(w[i] * ad.sin(x[i]) ** 2 for i in range(len(x)))
 
     ff = compiled_check(f, np.linspace(-1, 1, 20))
-    assert ff.code.columns.size >= 18 and "c[" in ff.source
+    assert ff.columns.size >= 18 and "c[" in ff.source
 
 
 def test_describe_and_explain():
     gt = grad_tape(ad.trace(chain(50), 0.3))
-    segs = fold.find_segments(gt)
-    text = fold.describe(gt, segs)
-    assert "fold 3 x 50:" in text and "sin(v[" in text and text.count("\n") < 20
-    words = fold.explain(gt, segs)
+    segs = find_segments(gt)
+    text = str(fold_program(gt, segs, None))
+    assert "loop i in range(50)" in text and "sin(" in text and text.count("\n") < 30
+    words = loop_source(gt, [Param("x", None)], None, "f").explanation
     assert "3 slots x 50 repetitions" in words and "Folded 2" in words
-    assert "nothing was folded" in fold.explain(gt, [])
 
 
 def test_a_segment_that_does_not_repeat_is_refused():
     gt = grad_tape(ad.trace(chain(20), 0.3))
-    (s, _) = fold.find_segments(gt)
-    with pytest.raises(ValueError, match="does not repeat"):
-        fold.folded_source(
-            gt, [fold.Segment(s.start + 1, s.size, s.reps)], "f", [Param("x", None)]
-        )
+    (s, _) = find_segments(gt)
+    with pytest.raises(ValueError, match="holds an input"):
+        folded_source(gt, [Segment(0, s.size, 2)], [Param("x", None)])
     with pytest.raises(ValueError, match="overlaps"):
-        fold.folded_source(gt, [s, s], "f", [Param("x", None)])
+        folded_source(gt, [s, s], [Param("x", None)])
 
 
 # ---------------------------------------------------------------- random repetition structure
@@ -348,7 +374,7 @@ def check_random(tape: Tape, **thresholds: int) -> list:
     """Fold, run the folded source as Python, compare with the interpreter; the segments."""
     x = 0.3 + 0.5 * np.sin(np.arange(len(tape.inputs)) + 1.0)
     params = [Param("x", len(tape.inputs))]
-    segs = fold.find_segments(tape, params, **thresholds)
+    segs = find_segments(tape, params, **thresholds)
     ok, out = run_python(tape, segs, params, [x])
     assert ok
     assert_matches(out, tape, (x,))
@@ -426,7 +452,7 @@ def test_a_constant_that_differs_in_one_repetition_is_read_per_repetition():
     tape = build(BODY, 30, 40, mutation=("const", 7, 2))
     segs = segments_of(tape, 30, 40)
     assert sum(s.reps for s in segs) >= 25
-    code = fold.generate(tape, segs, "f", [Param("x", 40)])
+    code = generate(tape, segs, [Param("x", 40)])
     assert 3.0 in code.columns.tolist() or len(segs) > 1
 
 
@@ -439,9 +465,9 @@ def test_guard_that_differs_in_one_repetition_is_not_folded_over():
     tape.guards = guards
     x = 0.3 + 0.5 * np.sin(np.arange(40) + 1.0)
     params = [Param("x", 40)]
-    segs = fold.find_segments(tape, params)
+    segs = find_segments(tape, params)
     assert segs and not any(s.start <= rep_slot(9, 1, 40) < s.stop for s in segs)
-    assert "if not (" in fold.folded_source(tape, segs, "f", params)
+    assert "return False" in folded_source(tape, segs, params)
     ok, _ = run_python(tape, segs, params, [x])
     assert ok == all(g.holds(interpret.values(tape, x)) for g in tape.guards)
 
@@ -477,7 +503,7 @@ def test_folding_time_is_about_linear():
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            segs = fold.find_segments(tape)
+            segs = find_segments(tape)
             times.append(time.perf_counter() - t0)
         assert len(segs) == 2
         return min(times)
@@ -501,7 +527,7 @@ def test_random_tape_that_does_not_fold_is_cheap_to_scan():
         nodes.append(Node(op, (a, b)[: op.arity]))
     tape = Tape(nodes, [0, 1, 2, 3], [len(nodes) - 1])
     t0 = time.perf_counter()
-    assert fold.find_segments(tape) == []
+    assert find_segments(tape) == []
     assert time.perf_counter() - t0 < 2.0
 
 
@@ -522,9 +548,9 @@ def test_a_loop_reading_another_loops_values_at_a_changing_position_folds():
     x = np.linspace(-1.0, 1.0, 30)
     for tape in (ad.trace(_terms_then_sum, x), grad_tape(ad.trace(_terms_then_sum, x))):
         params = params_of(x)
-        segments = fold.find_segments(tape, params)
+        segments = find_segments(tape, params)
         assert any(s.size == 1 and s.reps > 30 for s in segments)  # the sum is a loop
-        assert fold.folded_statements(tape, segments) < 40
+        assert folded_statements(tape, segments, params) < 40
         ok, out = run_python(tape, segments, params, flat_args(x))
         assert ok
         assert_matches(out, tape, (x,))
@@ -549,8 +575,8 @@ def test_a_body_whose_ops_repeat_at_half_its_period_folds_at_the_full_period():
     x = np.linspace(-0.9, 0.8, 40)
     tape = grad_tape(ad.trace(f, x))
     ff = compiled_check(f, x, name="half_period")
-    assert any(s.size == 6 for s in ff.segments)
-    assert ff.code.statements < 60 < tape.n_ops
+    assert any(lp.size == 6 for lp in loops_of(ff))
+    assert ff.program.statements < 60 < tape.n_ops
 
 
 def test_rosenbrock_from_sympy_folds():
@@ -562,8 +588,8 @@ def test_rosenbrock_from_sympy_folds():
     expr = sum(100 * (xs[i + 1] - xs[i] ** 2) ** 2 + (1 - xs[i]) ** 2 for i in range(n - 1))
     gt = grad_tape(from_sympy(expr, xs))
     params = [Param("x", n)]
-    segments = fold.find_segments(gt, params)
-    assert fold.folded_statements(gt, segments) < 50 < gt.n_ops
+    segments = find_segments(gt, params)
+    assert folded_statements(gt, segments, params) < 50 < gt.n_ops
     x = np.linspace(-1.2, 1.1, n)
     ok, out = run_python(gt, segments, params, [x])
     assert ok
@@ -633,23 +659,22 @@ def test_a_long_loop_body_is_outlined_and_its_inner_loops_fold():
     p = rng.uniform(-1, 1, 3 * h + h * h + 2 * h + 1)
     X, y = rng.normal(size=(n, 2)), np.where(rng.normal(size=n) > 0, 1.0, -1.0)
     gt = grad_tape(ad.trace(make_mlp_loss(h), p, X, y), wrt=range(len(p)))
-    ff = jit.compile_folded(gt, params_of(p, X, y), "mlp")
+    params = params_of(p, X, y)
+    ff = compile_folded(gt, params, "mlp")
     ok, out = ff.call(*flat_args(p, X, y))
     assert ok
     assert_matches(out, gt, (p, X, y))
     loss, g = mlp_numpy(p, X, y, h)
     np.testing.assert_allclose(out, [loss, *g], rtol=1e-12, atol=1e-15)
-    # the loops over examples (forward and adjoint) call their bodies ...
-    assert len(ff.code.outlined) == 2 and len(ff.code.functions) == 2
-    assert all(f"def {name}(" in ff.source for name in ff.code.functions)
-    # ... which loop over the neurons themselves
-    for name in ff.code.functions:
-        body = ff.source.split(f"def {name}(")[1].split("\ndef ")[0]
-        assert "for r in range" in body
-    assert "call a function per repetition" in ff.explanation
-    # the source is far shorter than the loops' bodies printed flat
-    flat = fold.folded_statements(gt, ff.segments)
-    assert ff.code.statements < flat / 2
+    # the loop over examples' forward has its body folded in turn: loops over the
+    # neurons inside it (the adjoint's body, differentiated unrolled, does not
+    # repeat so: its parameter gradients are summed in one carried value each)
+    assert sum(lp.inner is not None for lp in loops_of(ff)) >= 1
+    assert "for j in range(" in ff.source and "folded in turn" in ff.explanation
+    # the source is shorter than the loops' bodies printed flat
+    hoisted = hoist_constants(gt)
+    flat = fold_program(hoisted, find_segments(hoisted, params), params, long_body=10**9)
+    assert ff.program.statements < flat.statements - 100
 
 
 def test_value_and_grad_of_a_wide_mlp_folds_loops_inside_loops():
@@ -689,13 +714,12 @@ def test_a_sum_that_starts_at_zero_folds_from_its_first_term():
 
     x = np.linspace(-1, 1, 50)
     gt = grad_tape(ad.trace(sumsq, x))
-    pl = fold.plan(gt, [Param("x", 50)])
-    assert max(s.reps for s in pl.segments) == 50
-    code = fold.generate(pl.tape, pl.segments, "f", [Param("x", 50)])
+    made = loop_source(gt, [Param("x", 50)], None, "f")
+    assert max(it.trips for it in made.program.items if type(it) is loopir.Loop) == 50
     ns: dict = {}
-    exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
+    exec(compile(made.source, "<folded>", "exec"), ns)
     out = np.empty(51)
-    assert ns["f"](x, np.empty(code.work_size), code.columns, out)
+    assert ns["f"](x, np.empty(made.code.work_size), made.code.columns, out)
     np.testing.assert_allclose(out[0], np.sum(np.sin(x) * x), rtol=1e-13)
     np.testing.assert_allclose(out[1:], np.cos(x) * x + np.sin(x), rtol=1e-13)
 
@@ -755,9 +779,8 @@ def test_an_outlined_body_reads_an_argument_element_that_moves_from_e():
     params = [Param("x", None), Param("y", None), Param("a", 3)]
     for t in (tape, grad_tape(tape)):
         hoisted = hoist_constants(t)
-        segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
-        code = fold.generate(hoisted, segments, "f", params, outline=(2, 2, 1))
-        assert code.functions  # outlined
+        segments = find_segments(hoisted, params, min_reps=2, min_saved=1)
+        code = generate(hoisted, segments, params, long_body=2)  # folded in turn
         ns: dict = {}
         exec(compile(module_source([code.text]), "<outlined>", "exec"), ns)
         out = np.empty(len(t.outputs))

@@ -22,10 +22,12 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import fold, interpret, loopgen, loopgrad, loopir
+from adcompile import interpret, loopgen, loopgrad, loopir
 from adcompile.codegen import Param, module_source
+from adcompile.loops import fold_program
 from adcompile.passes import hoist_constants
 from adcompile.reverse import grad_tape
+from adcompile.segments import find_segments
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
 UNARY = ["sin", "cos", "tanh", "exp", "sigmoid", "arctan", "softplus", "sinh", "expm1"]
@@ -136,9 +138,9 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     # folded code: every repetition of two or more that saves a statement is
     # folded (far more eagerly than the compiler does), run as plain Python
     params = [Param("x", None), Param("y", None), Param("a", 3)]
-    segments = fold.find_segments(gtape, params, min_reps=2, min_saved=1)
+    segments = find_segments(gtape, params, min_reps=2, min_saved=1)
     ns: dict = {}
-    code = fold.generate(gtape, segments, "f", params)
+    code = _value_code(gtape, segments, params)
     exec(compile(module_source([code.text]), "<folded>", "exec"), ns)
     out = np.empty(len(gtape.outputs))
     ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
@@ -147,17 +149,17 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     # the loop IR of the same folding, run by its interpreter: the unrolled tape's
     # numbers exactly, primal and adjoint
     for t in (tape, gtape):
-        program = loopir.build(t, fold.find_segments(t, params, min_reps=2, min_saved=1), params)
+        program = loopir.build(t, find_segments(t, params, min_reps=2, min_saved=1), params)
         ok, got = program.run([x, y, a])
         assert ok and got == interpret.evaluate(t, point)
     # the primal tape folded first and its loops differentiated as loops
     # (adcompile.loopgrad), by the reference interpreter and as generated code
     check_loop_pipeline(tape, params, [x, y, a], [val, *grads])
-    # ... and with every loop body of two or more operations outlined as a function
-    # of its own, folded in turn as eagerly
+    # ... and with every loop body of two or more operations folded in turn as
+    # eagerly (loops inside loops)
     hoisted = hoist_constants(gtape)
-    segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
-    code = fold.generate(hoisted, segments, "f", params, outline=(2, 2, 1))
+    segments = find_segments(hoisted, params, min_reps=2, min_saved=1)
+    code = _value_code(hoisted, segments, params, long_body=2)
     ns = {}
     exec(compile(module_source([code.text]), "<outlined>", "exec"), ns)
     ok = ns["f"](x, y, np.array(a, float), np.empty(code.work_size), code.columns, out)
@@ -172,11 +174,17 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
         np.testing.assert_allclose(compiled, _sympy_grads(tape, point), rtol=1e-9, atol=1e-10)
 
 
+def _value_code(tape, segments, params, long_body=None):
+    """The value code of ``tape`` with ``segments`` folded (``loopgen.Generated``)."""
+    kw = {} if long_body is None else {"long_body": long_body}
+    return loopgen.generate(fold_program(tape, segments, params, "f", **kw), params, "f")
+
+
 def check_loop_pipeline(tape, params, args, expected, wrt=None) -> None:
     """Fold the primal ``tape`` eagerly, differentiate the program as loops and
     compare the interpreter and the generated code with ``expected``."""
     hoisted = hoist_constants(tape)
-    segments = fold.find_segments(hoisted, params, min_reps=2, min_saved=1)
+    segments = find_segments(hoisted, params, min_reps=2, min_saved=1)
     program = loopir.build(hoisted, segments, params)
     gp = loopgrad.grad(program, wrt)
     ok, got = gp.run(args)

@@ -38,11 +38,12 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import fold, interpret, loopgen, loopgrad, loopir
+from adcompile import interpret, loopgen, loopgrad, loopir
 from adcompile.codegen import Param, module_source
 from adcompile.jit import STRAIGHT_LINE_LIMIT
 from adcompile.loops import loop_source
 from adcompile.passes import hoist_constants
+from adcompile.segments import find_segments
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
 
@@ -471,7 +472,7 @@ def check_eager_folding(tape, x: np.ndarray, y: float) -> None:
     val, grads = interpret.value_and_grad(tape, point)
     expected = [val, *grads]
     primal = interpret.evaluate(tape, point)
-    segments = fold.find_segments(tape, params, min_reps=2, min_saved=1)
+    segments = find_segments(tape, params, min_reps=2, min_saved=1)
     program = loopir.build(tape, segments, params)
     ok, got = program.run([x, y])
     assert ok
