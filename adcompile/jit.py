@@ -534,7 +534,8 @@ class Compiled:
         self.n_out = len(tape.outputs)
         self._source: str | None = None
         plan = None
-        if force == "folded" or (force is None and len(tape) >= FOLD_MIN_SLOTS):
+        searched = len(tape) >= FOLD_MIN_SLOTS  # (smaller tapes are not searched for loops)
+        if force == "folded" or (force is None and searched):
             from .loops import loop_source  # the value code of the tape, folded into loops
 
             plan = loop_source(tape, params, None, fname, doc, STRAIGHT_LINE_LIMIT)
@@ -561,7 +562,7 @@ class Compiled:
                 "as asked"
                 if force
                 else "no repeated segments worth folding into loops"
-                if len(tape) >= FOLD_MIN_SLOTS
+                if searched
                 else f"tapes under {FOLD_MIN_SLOTS} slots are not searched for loops"
             )
             self.explanation = (
@@ -586,7 +587,7 @@ class Compiled:
                 "to compile"
                 + (
                     ", and folding repeated segments would not shorten it enough."
-                    if len(tape) >= FOLD_MIN_SLOTS
+                    if searched
                     else "."
                 )
             )

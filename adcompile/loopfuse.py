@@ -19,7 +19,7 @@ from (``Loop.parts``), for the names of the generated code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from .loopir import Affine, At, Block, GuardLoop, Loop, Prev, Program, Read, Ref
 from .tape import Tape
@@ -55,16 +55,7 @@ def _aligned(program: Program, n: int) -> bool:
     """Whether every read of items ``n`` and ``n + 1`` (but the second's reads of
     the first) is at whole repetitions."""
     sizes = {n: program.items[n].size, n + 1: program.items[n + 1].size}
-    ok = True
-
-    def check(r: At) -> At:
-        nonlocal ok
-        if r.item in sizes and r.index.c1 % sizes[r.item]:
-            ok = False
-        return r
-
-    _map_refs(program, check, skip=n + 1)
-    return ok
+    return all(r.index.c1 % sizes[r.item] == 0 for r in _refs(program, n + 1) if r.item in sizes)
 
 
 def _pair(program: Program, n: int) -> Loop | None:
@@ -124,6 +115,21 @@ def _merge(a: Loop, b: Loop, inside: dict[int, int]) -> tuple[tuple, list[Read]]
         inputs.append(new[j])
         reads.append(Prev(new[r.slot], r.init) if type(r) is Prev else r)
     return (nodes, new, inputs), reads
+
+
+def _refs(program: Program, skip: int) -> Iterator[At]:
+    """Every read of an item's value (``At``) in ``program``, but item ``skip``'s."""
+    for m, item in enumerate(program.items):
+        if m != skip:
+            reads = (
+                [r for _, refs in item.nodes for r in refs]
+                if type(item) is Block
+                else [r.init if type(r) is Prev else r for r in item.reads]
+            )
+            yield from (r for r in reads if type(r) is At)
+    ends = [r for _, x, y, _ in program.guards for r in (x, y)]
+    ends += [r for g in program.guard_loops for r in (g.a, g.b)]
+    yield from (r for r in program.outputs + ends if type(r) is At)
 
 
 def _map_refs(program: Program, fn: Callable[[At], At], skip: int = -1) -> None:

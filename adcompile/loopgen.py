@@ -240,8 +240,7 @@ class _Gen(Layout):
         ``MIN_RUN`` reads of one stored loop position, one argument or one
         constant, evenly spaced, as a loop (or a slice)."""
         outputs = self.program.outputs
-        done = {k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)}
-        rest = [(k, r) for k, r in enumerate(outputs) if k not in done]
+        rest = [(k, r) for k, r in enumerate(outputs) if k not in self.fwd_done]
         i = 0
         while i < len(rest):
             k, r = rest[i]

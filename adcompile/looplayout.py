@@ -72,9 +72,12 @@ class Layout:
         incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
         last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
         self.fwd_out = self._forward_outputs()
-        fwd = {k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)}
+        # the outputs those loops write
+        self.fwd_done = {
+            k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)
+        }
         outs = (
-            [k for k in range(len(program.outputs)) if k not in fwd]
+            [k for k in range(len(program.outputs)) if k not in self.fwd_done]
             if self.ctx is None
             else self.ctx.needed
         )
