@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from . import api
-from .value import NonFiniteError
+from .api import transform as api
+from .trace.value import NonFiniteError
 
 INSTALL = 'pip install "adcompile[distributed]"'
 
@@ -155,8 +155,8 @@ def _compiled(recipe: _Recipe) -> Callable:
         with _worker_lock:
             fn = _worker_cache.get(recipe.digest)
             if fn is None:
-                from .codegen import Param
-                from .jit import compile_folded_source
+                from .backend.jit import compile_folded_source
+                from .ir.tape import Param
 
                 params = [
                     Param(f"a{k}", 1 if is_array else None)
@@ -348,7 +348,7 @@ class DistributedValueAndGrad:
 
     def _data_args(self, args: Sequence[Any], wrt: list[int]) -> tuple[list[int], int]:
         """The data arguments (chunked by rows) and their number of rows."""
-        from .batch import batched
+        from .backend.batch import batched
 
         shapes = [_shape(a) for a in args]
         dask_args = [k for k, a in enumerate(args) if _is_dask(a)]
@@ -420,7 +420,7 @@ class DistributedValueAndGrad:
     ) -> _Recipe | _Shipped:
         """Trace the loss on a few rows here and take its batch-generic code (or, where
         there is none, the function itself)."""
-        from .batch import MIN_LENGTH, batched
+        from .backend.batch import MIN_LENGTH, batched
 
         m = min(n, SAMPLE_ROWS)
         others = {s[0] for k, a in enumerate(args) if k not in data for s in [_shape(a)] if s}
@@ -681,8 +681,8 @@ def value_and_grad(
 
 def _portable(f: Callable) -> tuple:
     """A picklable description of ``f`` (transforms hold locks and compiled code)."""
-    from .transforms import Derived
-    from .vmap import Vmapped
+    from .api.derived import Derived
+    from .api.vmap import Vmapped
 
     if isinstance(f, Vmapped):
         return ("vmap", _portable(f.fun), f.in_axes, f.device)
@@ -703,11 +703,11 @@ def _rebuild(desc: tuple) -> Callable:
     if kind == "plain":
         return desc[1]
     if kind == "vmap":
-        from .vmap import Vmapped
+        from .api.vmap import Vmapped
 
         return Vmapped(_rebuild(desc[1]), desc[2], desc[3])
     if kind == "derived":
-        from .transforms import Derived
+        from .api.derived import Derived
 
         return Derived(_rebuild(desc[1]), desc[2], desc[3], desc[4])
     return api.Transformed(_rebuild(desc[1]), desc[2], desc[3], desc[4])
@@ -726,7 +726,7 @@ def _vmap_task(mapped: _Mapped, rows: np.ndarray) -> Any:
     if fn is None:
         import cloudpickle
 
-        from .vmap import Vmapped, vmap
+        from .api.vmap import Vmapped, vmap
 
         with _worker_lock:
             fn = _worker_cache.get(mapped.digest)

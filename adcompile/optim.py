@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .value import Value
+from .trace.value import Value
 
 
 def _flatten(params: Iterable[Any]) -> list[Value]:

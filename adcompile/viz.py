@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from .tape import CONST, INPUT, Tape
-from .value import Value, topological_order
+from .ir.tape import CONST, INPUT, Tape
+from .trace.value import Value, topological_order
 
 
 class GraphvizMissing(RuntimeError):

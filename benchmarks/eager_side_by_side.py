@@ -46,7 +46,7 @@ def _show(label: str, med: dict[str, float]) -> None:
 
 
 def _trace_chain(n: int) -> Callable[[], Any]:
-    from adcompile.value import Value, tracing
+    from adcompile.trace.value import Value, tracing
 
     def call() -> Any:
         with tracing():

@@ -159,8 +159,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> None:
             cold, warm = spawn(name, n, cache), spawn(name, n, cache)
         if "error" in cold or "error" in warm:
             print(
-                f"| {name} | {n:,} | {cold.get('error', '')} | {warm.get('error', '')} "
-                "| | | | |"
+                f"| {name} | {n:,} | {cold.get('error', '')} | {warm.get('error', '')} | | | | |"
             )
             continue
         print(

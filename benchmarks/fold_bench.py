@@ -67,12 +67,12 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     from importlib import import_module
 
     import adcompile as ad
-    from adcompile.codegen import Param
-    from adcompile.reverse import grad_tape
+    from adcompile.diff.reverse import grad_tape
+    from adcompile.ir.tape import Param
 
     from . import workloads as W
 
-    jit = import_module("adcompile.jit")  # the module (ad.jit is the transform)
+    jit = import_module("adcompile.backend.jit")  # the module (ad.jit is the transform)
     rec: dict[str, Any] = {"import_s": time.perf_counter() - t0}
     if case == "chain":
         arg: Any = W.CHAIN_X0
@@ -110,7 +110,7 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     # the same gradient tape on the compiled tape interpreter (today's path for big tapes)
     from importlib import import_module
 
-    jit = import_module("adcompile.jit")
+    jit = import_module("adcompile.backend.jit")
     interp = jit.Compiled(gtape, params, "f_interp", force="interpreter")
     rec["interpreter_per_call_s"] = per_call(lambda: interp.call(arg))
     return rec
@@ -166,13 +166,13 @@ def child_scaling(n_ops: int) -> dict[str, Any]:
     from importlib import import_module
 
     import adcompile as ad
-    from adcompile.codegen import Param
-    from adcompile.reverse import grad_tape
-    from adcompile.segments import find_segments
+    from adcompile.diff.reverse import grad_tape
+    from adcompile.ir.tape import Param
+    from adcompile.loops.segments import find_segments
 
     from . import workloads as W
 
-    jit = import_module("adcompile.jit")
+    jit = import_module("adcompile.backend.jit")
     prog = W.compile_program(n_ops)
     ref = W.compile_reference(prog)
     rec: dict[str, Any] = {}

@@ -29,9 +29,9 @@ os.environ["ADCOMPILE_CACHE_DIR"] = tempfile.mkdtemp(prefix="adcompile-bench-")
 import numpy as np  # noqa: E402
 import sympy  # noqa: E402
 
-from adcompile.symbolic_transforms import sympy_value_and_grad  # noqa: E402
+from adcompile.symbolic.transforms import sympy_value_and_grad  # noqa: E402
 
-jit_module = importlib.import_module("adcompile.jit")  # ad.jit is the transform
+jit_module = importlib.import_module("adcompile.backend.jit")  # ad.jit is the transform
 
 
 def rosenbrock(n: int) -> tuple[sympy.Expr, list[sympy.Symbol]]:

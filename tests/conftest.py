@@ -21,7 +21,7 @@ def _no_code_shared_between_tests():
     compile it tests. tests/test_first_calls.py tests the sharing itself."""
     import sys
 
-    jit = sys.modules.get("adcompile.jit")
+    jit = sys.modules.get("adcompile.backend.jit")
     if jit is not None:
         jit.forget_shared_code()
     yield

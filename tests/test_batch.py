@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile import batch
+from adcompile.backend import batch
 
 
 @pytest.fixture(autouse=True)

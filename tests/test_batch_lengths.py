@@ -284,7 +284,7 @@ def test_code_for_the_lengths_the_branch_does_not_take():
 def test_slices_of_the_batch_are_guarded_like_python_clips_them():
     """``lengths``: the length of ``range(m)[s]`` as a function of the batch length
     is right at every length whose guards answer as at m (and only there is it used)."""
-    from adcompile import lengths
+    from adcompile.trace import lengths
 
     bounds = [None, -13, -12, -11, -5, -1, 0, 1, 3, 11, 12, 13, 20]
     for step in (None, 1, -1):

@@ -25,7 +25,7 @@ from numba.extending import overload
 
 import adcompile as ad
 
-jit_mod = importlib.import_module("adcompile.jit")
+jit_mod = importlib.import_module("adcompile.backend.jit")
 
 
 def _forget_compiled_code() -> None:

@@ -70,7 +70,7 @@ def test_compile_loss_step_names_the_users_argument():
 
 
 def test_retrace_warning_points_at_the_users_call(monkeypatch):
-    monkeypatch.setattr(ad.api, "MAX_SPECIALISATIONS", 2)
+    monkeypatch.setattr(ad.api.transform, "MAX_SPECIALISATIONS", 2)
     g = ad.grad(lambda x: np.sum(x * x))
     with pytest.warns(ad.RetraceWarning, match="has been traced 3 times") as record:
         for n in range(1, 5):
@@ -84,7 +84,7 @@ def _slow_square(x):
 
 
 def test_a_long_compile_says_so_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(ad.api, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.setattr(ad.api.transform, "ANNOUNCE_AFTER", 0.05)
     monkeypatch.delenv("ADCOMPILE_QUIET", raising=False)
     g = ad.grad(_slow_square)
     assert g(3.0) == 6.0
@@ -98,7 +98,7 @@ def test_a_long_compile_says_so_on_stderr(monkeypatch, capsys):
 
 
 def test_adcompile_quiet_silences_the_compile_message(monkeypatch, capsys):
-    monkeypatch.setattr(ad.api, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.setattr(ad.api.transform, "ANNOUNCE_AFTER", 0.05)
     monkeypatch.setenv("ADCOMPILE_QUIET", "1")
     assert ad.grad(_slow_square)(3.0) == 6.0
     assert capsys.readouterr().err == ""
@@ -161,7 +161,7 @@ def test_fast_path_in_another_thread():
 
 def _heat(fn, *args):
     """Call ``fn`` until its specialisation has its direct entry (entries.HOT_CALLS)."""
-    from adcompile.entries import HOT_CALLS
+    from adcompile.backend.entries import HOT_CALLS
 
     for _ in range(HOT_CALLS + 1):
         fn(*args)
@@ -360,7 +360,7 @@ def test_direct_entry_of_batch_generic_code():
 
 
 def test_no_direct_entry_where_a_call_takes_long():
-    from adcompile.entries import HOT_CALLS, HOT_MAX_SECONDS
+    from adcompile.backend.entries import HOT_CALLS, HOT_MAX_SECONDS
 
     vg = ad.value_and_grad(_rosen)
     x = np.linspace(-1, 1, 40_000)  # folded; a call takes far longer than HOT_MAX_SECONDS

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile import check as C
-from adcompile.extend import primitive
-from adcompile.ops import OPS
+from adcompile.api.extend import primitive
+from adcompile.ir.ops import OPS
+from adcompile.symbolic import check as C
 
 
 def schaffer04(x):

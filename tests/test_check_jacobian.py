@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.extend import primitive
-from adcompile.ops import OPS
+from adcompile.api.extend import primitive
+from adcompile.ir.ops import OPS
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile import checking, entries
-from adcompile.api import Transformed
+from adcompile.api.transform import Transformed
+from adcompile.backend import entries
+from adcompile.trace import checking
 
 
 def reading(path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adcompile import cli
+from adcompile.cli import commands as cli
 from adcompile.datasets import make_moons
 
 
@@ -130,7 +130,7 @@ def test_progress_bar_on_a_terminal_redraws_one_line():
 
 
 def test_demo_compiled_and_eager_reach_the_same_loss(capsys):
-    from adcompile.cli import main
+    from adcompile.cli.commands import main
 
     losses = []
     for extra in ([], ["--eager"]):  # --epochs: the old name of --steps still works
@@ -142,7 +142,7 @@ def test_demo_compiled_and_eager_reach_the_same_loss(capsys):
 
 
 def test_cache_path_and_clear(tmp_path, monkeypatch, capsys):
-    from adcompile.cli import main
+    from adcompile.cli.commands import main
 
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
     assert main(["cache", "path"]) == 0
@@ -160,7 +160,7 @@ def test_cache_path_and_clear(tmp_path, monkeypatch, capsys):
 def test_cache_command_with_a_file_for_a_directory_is_one_line_and_status_2(
     tmp_path, monkeypatch, capsys, action
 ):
-    from adcompile.cli import main
+    from adcompile.cli.commands import main
 
     (tmp_path / "file").write_text("keep")
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
@@ -194,7 +194,7 @@ def test_demo_with_a_bad_cache_directory_says_so_in_one_line_and_trains(
 ):
     import importlib
 
-    jit = importlib.import_module("adcompile.jit")
+    jit = importlib.import_module("adcompile.backend.jit")
     monkeypatch.setattr(jit, "_modules", {})
     monkeypatch.setattr(jit, "_disk_off", {})
     monkeypatch.setattr(jit, "_warned", set())

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.cli_symbolic import (
+from adcompile.api.extend import primitive
+from adcompile.cli.formula import (
     FormulaError,
     add_check_parser,
     add_grad_parser,
     parse_formula,
     parse_point,
 )
-from adcompile.extend import primitive
-from adcompile.ops import OPS
+from adcompile.ir.ops import OPS
 
 
 @pytest.fixture
@@ -249,7 +249,7 @@ def test_check_says_once_that_the_cache_cannot_be_used(tmp_path, monkeypatch, ca
     as one line; the check still runs, compiled in memory."""
     import importlib
 
-    jit = importlib.import_module("adcompile.jit")
+    jit = importlib.import_module("adcompile.backend.jit")
     monkeypatch.setattr(jit, "_modules", {})
     monkeypatch.setattr(jit, "_disk_off", {})
     monkeypatch.setattr(jit, "_warned", set())

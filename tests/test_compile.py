@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.reverse import grad_tape
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
 
-jit = importlib.import_module("adcompile.jit")  # ad.jit is the transform
+jit = importlib.import_module("adcompile.backend.jit")  # ad.jit is the transform
 
 
 def central_diff(f, args, argnum, h=1e-6):
@@ -209,7 +209,7 @@ def test_max_and_sorted_are_guarded():
 
 
 def test_retrace_warning_when_keeps_retracing(monkeypatch):
-    monkeypatch.setattr(ad.api, "MAX_SPECIALISATIONS", 2)
+    monkeypatch.setattr(ad.api.transform, "MAX_SPECIALISATIONS", 2)
     g = ad.grad(lambda x: np.sum(x * x))
     with pytest.warns(ad.RetraceWarning):
         for n in range(1, 5):

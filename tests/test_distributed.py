@@ -276,7 +276,7 @@ def test_a_value_compiled_into_the_source_that_changes_is_traced_again(client):
 
 @pytest.mark.slow
 def test_demo_with_workers_trains_as_the_single_process_demo(capsys):
-    from adcompile import cli
+    from adcompile.cli import commands as cli
 
     argv = ["demo", "--points", "40", "--steps", "8", "--out", ""]
     assert cli.main([*argv, "--workers", "2"]) == 0
@@ -292,7 +292,7 @@ def test_demo_with_workers_trains_as_the_single_process_demo(capsys):
 
 
 def test_demo_workers_must_be_at_least_one(capsys):
-    from adcompile import cli
+    from adcompile.cli import commands as cli
 
     with pytest.raises(SystemExit):
         cli.main(["demo", "--workers", "0"])

@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.entries import HOT_CALLS
-from adcompile.transforms import jvp_transform
+from adcompile.api.derived import jvp_transform
+from adcompile.backend.entries import HOT_CALLS
 
 # ---------------------------------------------------------------- helpers
 
@@ -796,7 +796,7 @@ def test_folded_code_is_hot_ready_by_its_statements_not_its_lines(monkeypatch):
     # statements the generator printed (CodeFacts), not a count of source lines
     import ast
 
-    from adcompile import entries
+    from adcompile.backend import entries
 
     def f(x):
         s = 0.0

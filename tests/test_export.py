@@ -25,8 +25,8 @@ from hypothesis import HealthCheck, given, settings
 from test_fuzz import _args, _compile, programs
 
 import adcompile as ad
-from adcompile.export import c_header, exported_name, with_status
-from adcompile.ops import c_template
+from adcompile.api.export import c_header, exported_name, with_status
+from adcompile.ir.ops import c_template
 
 HERE = Path(__file__).resolve().parent
 
@@ -444,7 +444,7 @@ def test_c_of_batch_generic_code_is_traced_at_the_example_length(tmp_path):
 
 
 def test_cli_export_python_and_c(tmp_path, capsys):
-    from adcompile.cli import main
+    from adcompile.cli.commands import main
 
     assert main(["export", "sin(x)*y", "--at", "x=0.5,y=2"]) == 0
     src = capsys.readouterr().out
@@ -469,7 +469,7 @@ def test_cli_export_python_and_c(tmp_path, capsys):
     ],
 )
 def test_cli_export_bad_input_exits_2_with_one_line(argv, message, capsys):
-    from adcompile.cli import main
+    from adcompile.cli.commands import main
 
     assert main(["export", *argv]) == 2
     err = capsys.readouterr().err.strip()
@@ -496,7 +496,7 @@ def test_batch_generic_code_exports_at_the_example_length():
 
 
 def test_interpreter_code_exports_with_guard_numbers(monkeypatch):
-    monkeypatch.setattr(importlib.import_module("adcompile.jit"), "STRAIGHT_LINE_LIMIT", 3)
+    monkeypatch.setattr(importlib.import_module("adcompile.backend.jit"), "STRAIGHT_LINE_LIMIT", 3)
     x = np.array([1.0, 2.0])
     vg = ad.value_and_grad(branchy)
     assert vg.spec_for((x, 3.0))[0].compiled.kind == "interpreter"

@@ -11,16 +11,16 @@ import pytest
 import sympy as sp
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.check import GradientMismatch, check_grad
-from adcompile.codegen import Param
-from adcompile.extend import Function, primitive
-from adcompile.ops import OPS
-from adcompile.reverse import grad_tape
-from adcompile.symbolic import from_sympy
-from adcompile.symbolic_transforms import to_sympy
+from adcompile.api.extend import Function, primitive
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.ir.ops import OPS
+from adcompile.ir.tape import Param
+from adcompile.symbolic.bridge import from_sympy
+from adcompile.symbolic.check import GradientMismatch, check_grad
+from adcompile.symbolic.transforms import to_sympy
 
-jit = importlib.import_module("adcompile.jit")  # ad.jit is the transform
+jit = importlib.import_module("adcompile.backend.jit")  # ad.jit is the transform
 
 # The primitives are registered for this module only (a fixture removes them
 # afterwards), so that other modules' tests over the whole op table see only

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.tape import Tape
+from adcompile.ir.tape import Tape
 
 
 def rosen(x):
@@ -120,7 +120,7 @@ def data_grad(x):
 def test_a_function_reading_an_array_from_outside_gets_entries():
     """Item 13: data read from outside the arguments (an input read at every call)
     no longer keeps a transform off its entry and direct entry."""
-    from adcompile import entries
+    from adcompile.backend import entries
 
     vg = ad.value_and_grad(reads_data)
     x = np.array([0.3, -0.2, 1.5, 0.7])
@@ -141,7 +141,7 @@ def test_a_function_reading_an_array_from_outside_gets_entries():
 def test_the_direct_entry_compiles_in_the_background():
     """Item 12: the call that makes a transform hot does not wait for its direct
     entry; calls answer right before, while and after it compiles."""
-    from adcompile import entries
+    from adcompile.backend import entries
 
     assert entries.BACKGROUND
     vg = ad.value_and_grad(rosen, check=False)  # (check mode compiles it in the call)

@@ -22,10 +22,10 @@ import sympy
 from conftest import NUMPY_REF, build_c
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.cli_symbolic import add_check_parser
-from adcompile.ops import OPS
-from adcompile.symbolic import from_sympy, limit_at
+from adcompile.cli.formula import add_check_parser
+from adcompile.diff import interpret
+from adcompile.ir.ops import OPS
+from adcompile.symbolic.bridge import from_sympy, limit_at
 
 INF, NAN = math.inf, math.nan
 SPECIAL = [0.0, -0.0, 0.5, -0.5, 1.5, -2.5, 2.5, 3.0, -7.25, 1e300, -1e300, INF, -INF, NAN]

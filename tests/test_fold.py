@@ -22,16 +22,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret, loopgen, loopir
-from adcompile.codegen import Param, module_source
-from adcompile.loops import fold_program, loop_source
-from adcompile.ops import OPS
-from adcompile.passes import hoist_constants
-from adcompile.reverse import grad_tape
-from adcompile.segments import Segment, find_segments
-from adcompile.tape import CONST, INPUT, Guard, Node, Tape
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.emit import loopgen
+from adcompile.emit.codegen import module_source
+from adcompile.emit.fold import fold_program, loop_source
+from adcompile.ir.ops import OPS
+from adcompile.ir.passes import hoist_constants
+from adcompile.ir.tape import CONST, INPUT, Guard, Node, Param, Tape
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import Segment, find_segments
 
-jit = importlib.import_module("adcompile.jit")  # the module (ad.jit is the transform)
+jit = importlib.import_module("adcompile.backend.jit")  # the module (ad.jit is the transform)
 
 RTOL = 1e-12
 
@@ -226,9 +228,7 @@ def test_mlp_source_length_does_not_grow_with_examples():
         p, X, y = mlp_data(n)
         gt = grad_tape(ad.trace(mlp_loss, p, X, y), wrt=range(len(p)))
         params = params_of(p, X, y)
-        sizes.append(
-            statements(folded_source(gt, find_segments(gt, params), params))
-        )
+        sizes.append(statements(folded_source(gt, find_segments(gt, params), params)))
     assert sizes[0] == sizes[1]
 
 
@@ -581,7 +581,7 @@ def test_a_body_whose_ops_repeat_at_half_its_period_folds_at_the_full_period():
 
 def test_rosenbrock_from_sympy_folds():
     sp = pytest.importorskip("sympy")
-    from adcompile.symbolic import from_sympy
+    from adcompile.symbolic.bridge import from_sympy
 
     n = 60
     xs = sp.symbols(f"x0:{n}")

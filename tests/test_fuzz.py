@@ -22,12 +22,16 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret, loopgen, loopgrad, loopir
-from adcompile.codegen import Param, module_source
-from adcompile.loops import fold_program
-from adcompile.passes import hoist_constants
-from adcompile.reverse import grad_tape
-from adcompile.segments import find_segments
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.emit import loopgen
+from adcompile.emit.codegen import module_source
+from adcompile.emit.fold import fold_program
+from adcompile.ir.passes import hoist_constants
+from adcompile.ir.tape import Param
+from adcompile.loops import grad as loopgrad
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import find_segments
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
 UNARY = ["sin", "cos", "tanh", "exp", "sigmoid", "arctan", "softplus", "sinh", "expm1"]
@@ -104,7 +108,7 @@ def _fd(f, args, k, h=1e-6):
 
 
 def _sympy_grads(tape, point):
-    symbolic = pytest.importorskip("adcompile.symbolic")
+    symbolic = pytest.importorskip("adcompile.symbolic.bridge")
     sp = pytest.importorskip("sympy")
     (expr,) = symbolic.tape_to_sympy(tape)
     syms = {s.name: s for s in expr.free_symbols}
@@ -295,7 +299,7 @@ def check_transforms(src: str, x: float, y: float, a: np.ndarray, t, with_sympy:
     np.testing.assert_allclose(batched, [grad(p) for p in points], rtol=1e-12, atol=1e-13)
 
     if with_sympy:
-        symbolic = pytest.importorskip("adcompile.symbolic")
+        symbolic = pytest.importorskip("adcompile.symbolic.bridge")
         sp = pytest.importorskip("sympy")
         (expr,) = symbolic.tape_to_sympy(tape)
         syms = [sp.Symbol(n) for n in tape.names]

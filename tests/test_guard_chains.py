@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile import codegen, loopir
-from adcompile.codegen import Param, module_source, straight_line
-from adcompile.loops import loop_source
-from adcompile.passes import hoist_constants
-from adcompile.segments import find_segments
+from adcompile.emit import codegen
+from adcompile.emit.codegen import module_source, straight_line
+from adcompile.emit.fold import loop_source
+from adcompile.ir.passes import hoist_constants
+from adcompile.ir.tape import Param
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import find_segments
 
 
 def chain_max(x):

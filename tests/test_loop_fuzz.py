@@ -38,12 +38,16 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret, loopgen, loopgrad, loopir
-from adcompile.codegen import Param, module_source
-from adcompile.jit import STRAIGHT_LINE_LIMIT
-from adcompile.loops import loop_source
-from adcompile.passes import hoist_constants
-from adcompile.segments import find_segments
+from adcompile.backend.jit import STRAIGHT_LINE_LIMIT
+from adcompile.diff import interpret
+from adcompile.emit import loopgen
+from adcompile.emit.codegen import module_source
+from adcompile.emit.fold import loop_source
+from adcompile.ir.passes import hoist_constants
+from adcompile.ir.tape import Param
+from adcompile.loops import grad as loopgrad
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import find_segments
 
 LONG = int(os.environ.get("ADCOMPILE_FUZZ_EXAMPLES", "0"))
 

@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret, loopir
-from adcompile.codegen import Param
-from adcompile.loopfuse import fuse
-from adcompile.loops import loop_source
-from adcompile.reverse import grad_tape
-from adcompile.segments import find_segments
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.emit.fold import loop_source
+from adcompile.ir.tape import Param
+from adcompile.loops import ir as loopir
+from adcompile.loops.fuse import fuse
+from adcompile.loops.segments import find_segments
 
 
 def rosen_numpy(x):

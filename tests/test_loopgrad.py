@@ -20,11 +20,16 @@ from test_fuzz import check_loop_pipeline
 from test_loopir import loops
 
 import adcompile as ad
-from adcompile import api, interpret, loopgen, loopgrad, loopir
-from adcompile.codegen import Param, module_source
-from adcompile.passes import hoist_constants
-from adcompile.reverse import grad_tape
-from adcompile.segments import find_segments
+from adcompile.api import transform as api
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.emit import loopgen
+from adcompile.emit.codegen import module_source
+from adcompile.ir.passes import hoist_constants
+from adcompile.ir.tape import Param
+from adcompile.loops import grad as loopgrad
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import find_segments
 
 
 def rosen(x):
@@ -190,7 +195,7 @@ def test_mlp_loops_and_straight_line_blocks_reverse_together():
         return out
 
     leaves = model.parameters()
-    tape = hoist_constants(ad.api.trace_call(loss, [], leaves))
+    tape = hoist_constants(ad.api.transform.trace_call(loss, [], leaves))
     theta = np.array([p.data for p in leaves])
     params = [Param("params", len(leaves))]
     program = loopir.build(tape, find_segments(tape, params), params)
@@ -671,9 +676,10 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(ad.api, "loop_source", broken)
+    monkeypatch.setattr(ad.api.transform, "loop_source", broken)
     # (folded code of the same tape kept on disk by an earlier run is not read)
-    monkeypatch.setattr(importlib.import_module("adcompile.jit"), "read_record", lambda d: None)
+    jit = importlib.import_module("adcompile.backend.jit")
+    monkeypatch.setattr(jit, "read_record", lambda d: None)
     monkeypatch.setenv("ADCOMPILE_STRICT", "0")
     x = np.linspace(-1.2, 1.1, 300)
     vg = ad.value_and_grad(rosen)
@@ -682,7 +688,7 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
     np.testing.assert_allclose(g, rosen_grad(x), rtol=1e-12)
     monkeypatch.setenv("ADCOMPILE_STRICT", "1")  # the test suite sees the bug itself
     # (else the same tape reuses the code compiled above)
-    importlib.import_module("adcompile.jit").forget_shared_code()
+    importlib.import_module("adcompile.backend.jit").forget_shared_code()
     with pytest.raises(KeyError, match="a bug"):
         ad.value_and_grad(rosen)(x)
 

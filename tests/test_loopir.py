@@ -14,10 +14,11 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret, loopir
-from adcompile.codegen import Param
-from adcompile.reverse import grad_tape
-from adcompile.segments import Segment, find_segments
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.ir.tape import Param
+from adcompile.loops import ir as loopir
+from adcompile.loops.segments import Segment, find_segments
 
 
 def rosen(x):
@@ -129,7 +130,7 @@ def test_an_mlp_and_its_gradient_fold_and_run_exactly():
         return out
 
     leaves = model.parameters()
-    tape = ad.api.trace_call(loss, [], leaves)
+    tape = ad.api.transform.trace_call(loss, [], leaves)
     theta = np.array([p.data for p in leaves])
     params = [Param("params", len(leaves))]
     for t in (tape, grad_tape(tape)):

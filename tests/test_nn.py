@@ -15,8 +15,8 @@ import pytest
 
 import adcompile.nn as nn
 from adcompile.datasets import make_moons
-from adcompile.tensor import ValueArray, tensor
-from adcompile.value import Value
+from adcompile.trace.tensor import ValueArray, tensor
+from adcompile.trace.value import Value
 
 
 def _sig(x):

@@ -23,11 +23,11 @@ import sympy
 from conftest import NUMPY_REF, central_diff, one_sided_agree
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.ops import OPS
-from adcompile.reverse import grad_tape
-from adcompile.symbolic import tape_to_sympy
-from adcompile.value import build_tape
+from adcompile.diff import interpret
+from adcompile.diff.reverse import grad_tape
+from adcompile.ir.ops import OPS
+from adcompile.symbolic.bridge import tape_to_sympy
+from adcompile.trace.value import build_tape
 
 NAMES = sorted(OPS)
 INF, NAN = math.inf, math.nan
@@ -586,7 +586,7 @@ EDGES: dict[str, list[Edge]] = {
 
 def _builtin(name: str) -> bool:
     """An op of ops.py (not one a test registers for a while)."""
-    return all(r is None or r.__module__ == "adcompile.ops" for r in OPS[name].vjp)
+    return all(r is None or r.__module__ == "adcompile.ir.ops" for r in OPS[name].vjp)
 
 
 def test_every_op_has_its_edges_listed():

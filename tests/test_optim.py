@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from adcompile import optim
-from adcompile.tensor import tensor
-from adcompile.value import Value
+from adcompile.trace.tensor import tensor
+from adcompile.trace.value import Value
 
 
 def _params(*xs):

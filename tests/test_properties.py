@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.ops import OPS
-from adcompile.value import build_tape
+from adcompile.diff import interpret
+from adcompile.ir.ops import OPS
+from adcompile.trace.value import build_tape
 
 NAMES = sorted(OPS)
 N_INPUTS = 3

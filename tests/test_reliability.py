@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.codegen import Param
+from adcompile.ir.tape import Param
 
-jit_mod = importlib.import_module("adcompile.jit")
+jit_mod = importlib.import_module("adcompile.backend.jit")
 
 
 # ---------------------------------------------------------------- debug_nans
@@ -236,7 +236,7 @@ def test_memory_flat_over_compiled_calls():
 
 
 def test_compiling_pauses_the_cyclic_collector_and_restores_its_state():
-    from adcompile.value import gc_paused
+    from adcompile.trace.value import gc_paused
 
     seen = []
 
@@ -281,7 +281,7 @@ def test_debug_nans_does_not_fire_on_the_point_the_adjoint_is_recorded_at():
 
 
 def test_forcing_an_unknown_code_kind_is_refused():
-    jit = importlib.import_module("adcompile.jit")
+    jit = importlib.import_module("adcompile.backend.jit")
     tape = ad.trace(lambda x: x * x, 1.0)
     with pytest.raises(ValueError, match="straight-line"):
         jit.Compiled(tape, [Param("x", None)], "f", force="fast")

@@ -23,50 +23,67 @@ import pytest
 import sympy as sp
 
 import adcompile as ad
-from adcompile import interpret, ops
-from adcompile.extend import primitive
-from adcompile.forward import jvp_tape
-from adcompile.passes import simplify, zero_flow
-from adcompile.reverse import grad_tape
+from adcompile.api.extend import primitive
+from adcompile.diff import interpret
+from adcompile.diff.forward import jvp_tape
+from adcompile.diff.reverse import grad_tape
+from adcompile.ir import ops
+from adcompile.ir.passes import simplify, zero_flow
 
 PACKAGE = Path(ad.__file__).parent
-MODULES = {p.stem for p in PACKAGE.glob("*.py")}
+
+#: The pipeline's stages, in order: a stage imports only the stages before it.
+STAGES = ("ir", "trace", "diff", "loops", "emit", "backend", "api")
 
 
-# ------------------------------------------------------------------ imports
+def _name(path: Path) -> str:
+    """``adcompile/ir/ops.py`` -> ``ir.ops``; a package's ``__init__`` is the package."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1] or ["__init__"]
+    return ".".join(parts)
 
 
-def _imported(path: Path) -> set[str]:
+MODULES = {_name(p) for p in PACKAGE.rglob("*.py") if p.stem != "__main__"}
+
+
+def _module(dotted: list[str]) -> str:
+    """The package's module that an import of ``dotted`` (below adcompile) loads."""
+    while dotted and ".".join(dotted) not in MODULES:
+        dotted = dotted[:-1]
+    return ".".join(dotted) or "__init__"
+
+
+def _imported(path: Path, package: list[str] | None = None) -> set[str]:
     """The package's modules that ``path`` imports, anywhere in it (``__init__`` for the
-    package itself); ``importlib.import_module("adcompile.x")`` counts too."""
+    package itself); ``importlib.import_module("adcompile.x")`` counts too.
+    ``package``: the file's package below adcompile (default: where it lies)."""
+    if package is None:
+        package = list(path.relative_to(PACKAGE).parts[:-1])
     found: set[str] = set()
 
-    def absolute(name: str, names: list[str]) -> None:
-        parts = name.split(".")
-        if parts[0] != "adcompile":
-            return
-        if len(parts) > 1:
-            found.add(parts[1])
-        else:
-            found.update(n if n in MODULES else "__init__" for n in names)
+    def add(base: list[str], names: list[str]) -> None:
+        if not names:
+            found.add(_module(base))
+        for n in names:  # ``from pkg import mod`` imports a module; else the package
+            found.add(_module(base + [n]))
 
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom):
             names = [a.name for a in node.names]
+            module = (node.module or "").split(".") if node.module else []
             if node.level == 0:
-                absolute(node.module or "", names)
-            elif node.level == 1:
-                if node.module:
-                    found.add(node.module.split(".")[0])
-                else:
-                    found.update(n if n in MODULES else "__init__" for n in names)
+                if module and module[0] == "adcompile":
+                    add(module[1:], names)
             else:
-                raise AssertionError(f"{path.name}: import from above the package")
+                if node.level - 1 > len(package):
+                    raise AssertionError(f"{path.name}: import from above the package")
+                base = package[: len(package) - (node.level - 1)]
+                add(base + module, names)
         elif isinstance(node, ast.Import):
             for a in node.names:
-                absolute(a.name, [])
-                if a.name == "adcompile":
-                    found.add("__init__")
+                if a.name.split(".")[0] == "adcompile":
+                    add(a.name.split(".")[1:], [])
         elif (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -74,14 +91,16 @@ def _imported(path: Path) -> set[str]:
             and node.args
             and isinstance(node.args[0], ast.Constant)
             and isinstance(node.args[0].value, str)
+            and node.args[0].value.startswith("adcompile")
         ):
-            absolute(node.args[0].value, [])
-    found.discard(path.stem)
+            add(node.args[0].value.split(".")[1:], [])
+    if path.exists() and path.is_relative_to(PACKAGE):
+        found.discard(_name(path))
     return found
 
 
 def _graph() -> dict[str, set[str]]:
-    return {p.stem: _imported(p) for p in sorted(PACKAGE.glob("*.py"))}
+    return {_name(p): _imported(p) for p in sorted(PACKAGE.rglob("*.py")) if p.stem != "__main__"}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -115,27 +134,68 @@ def test_the_import_reader_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "tape.py"
     f.write_text(
         "from .ops import Op\n"
-        "import adcompile.value\n"
+        "import adcompile.trace.value\n"
         "def g():\n"
-        "    from .symbolic import tape_to_sympy\n"
-        "    from . import passes, ops\n"
+        "    from ..symbolic.bridge import tape_to_sympy\n"
+        "    from . import passes, outputs\n"
+        "    from .. import nn\n"
         "    import importlib\n"
-        "    importlib.import_module('adcompile.jit')\n"
+        "    importlib.import_module('adcompile.backend.jit')\n"
     )
-    assert _imported(f) == {"ops", "value", "symbolic", "passes", "jit"}
+    assert _imported(f, ["ir"]) == {
+        "ir.ops",
+        "trace.value",
+        "symbolic.bridge",
+        "ir.passes",
+        "ir.outputs",
+        "nn",
+        "backend.jit",
+    }
 
 
 def test_no_import_cycle_among_the_modules():
     graph = _graph()
-    assert {"ops", "tape", "passes", "symbolic", "api"} <= set(graph)
+    assert {"ir.ops", "ir.tape", "ir.passes", "symbolic.bridge", "api.transform"} <= set(graph)
     cycle = _cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_imports_flow_one_way_along_the_stages():
+    """A stage imports only itself and the stages before it (ir -> trace -> diff ->
+    loops -> emit -> backend -> api); the layers above (symbolic, nn, cli,
+    distributed ...) may import any stage, and no stage imports them, except the
+    SymPy bridge, which reads only the ir."""
+    backwards = []
+    for module, imports in _graph().items():
+        stage = module.split(".")[0]
+        if stage not in STAGES:
+            continue
+        for other in imports:
+            theirs = other.split(".")[0]
+            if theirs in STAGES and STAGES.index(theirs) <= STAGES.index(stage):
+                continue
+            if other == "symbolic.bridge" and stage == "api":  # to_sympy, ad.primitive
+                continue
+            backwards.append(f"{module} imports {other}")
+    assert not backwards, "imports against the pipeline's order:\n" + "\n".join(backwards)
+    assert _graph()["symbolic.bridge"] <= {m for m in MODULES if m.startswith("ir.")}
+
+
+def test_every_module_states_its_contract():
+    """Each stage folder and each module opens with a docstring."""
+    missing = [
+        _name(p)
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.stem != "__main__" and ast.get_docstring(ast.parse(p.read_text())) is None
+    ]
+    assert not missing, f"modules without a docstring: {missing}"
+    assert {s for s in STAGES} <= MODULES  # the stages are packages
+
+
 def test_the_op_table_and_the_tape_import_little():
     graph = _graph()
-    assert graph["ops"] == set()
-    assert graph["tape"] == {"ops"}
+    assert graph["ir.ops"] == set()
+    assert graph["ir.tape"] == {"ir.ops"}
 
 
 # ------------------------------------------------------------------ a new op

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile import interpret
-from adcompile.check import GradientMismatch, check_grad
-from adcompile.ops import OPS, Op
-from adcompile.symbolic import from_sympy, tape_to_sympy
-from adcompile.symbolic_transforms import sympy_value_and_grad, to_sympy
-from adcompile.tape import INPUT, Node, Tape
+from adcompile.diff import interpret
+from adcompile.ir.ops import OPS, Op
+from adcompile.ir.tape import INPUT, Node, Tape
+from adcompile.symbolic.bridge import from_sympy, tape_to_sympy
+from adcompile.symbolic.check import GradientMismatch, check_grad
+from adcompile.symbolic.transforms import sympy_value_and_grad, to_sympy
 
 x, y, z = sp.symbols("x y z")
 
@@ -250,7 +250,7 @@ def test_sympy_value_and_grad_compiled():
 
 def _builtin(op: Op) -> bool:
     """Ops defined in ops.py (user primitives registered by other tests are left out)."""
-    return all(r is None or r.__module__ == "adcompile.ops" for r in op.vjp)
+    return all(r is None or r.__module__ == "adcompile.ir.ops" for r in op.vjp)
 
 
 BUILTIN_OPS = [op for op in OPS.values() if _builtin(op)]

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from adcompile import ops
-from adcompile.tensor import ValueArray, data, grad_of, tensor
-from adcompile.value import Value
+from adcompile.ir import ops
+from adcompile.trace.tensor import ValueArray, data, grad_of, tensor
+from adcompile.trace.value import Value
 
 RNG = np.random.default_rng(7)
 A = RNG.normal(size=(2, 3))

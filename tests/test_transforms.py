@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile import transforms
+from adcompile.api import derived as transforms
 
 
 def rosen(x):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import adcompile as ad
-from adcompile.tensor import ValueArray, tensor
-from adcompile.value import Value
+from adcompile.trace.tensor import ValueArray, tensor
+from adcompile.trace.value import Value
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from conftest import central_diff
 
 import adcompile as ad
 from adcompile import Value
-from adcompile.ops import OPS
+from adcompile.ir.ops import OPS
 
 # ---------------------------------------------------------------- micrograd's engine tests
 
@@ -543,7 +543,7 @@ def test_bad_input_raises_type_error_naming_the_type(thunk, typename):
 
 
 def test_requires_grad_false_skips_the_reverse_work_of_constant_subgraphs():
-    from adcompile.value import topological_order
+    from adcompile.trace.value import topological_order
 
     x = Value(0.7)
     c = Value(0.3, requires_grad=False)
@@ -603,7 +603,7 @@ def test_backward_matches_central_differences_through_operators_with_numbers():
 def test_a_sweep_with_other_steps_inline_gives_the_same_gradients(monkeypatch):
     # the reverse sweep writes the steps of the ops it is given inline, each at its
     # own depth (a guarded "if x._rg:" block included); gradients against differences
-    from adcompile import value
+    from adcompile.trace import value
 
     sweep = value._make_sweep(("div", "pow", "tanh"))
     assert (
@@ -629,8 +629,8 @@ def test_a_sweep_with_other_steps_inline_gives_the_same_gradients(monkeypatch):
 
 
 def test_a_rule_that_branches_or_calls_math_is_called_as_it_is():
-    from adcompile.ops import Op
-    from adcompile.value import backward_step
+    from adcompile.ir.ops import Op
+    from adcompile.trace.value import backward_step
 
     branching = Op("t_branch", 1, abs, "abs({0})", (lambda g, out, a: g if a > 0 else -g,))
     with_math = Op("t_math", 1, math.sin, "math.sin({0})", (lambda g, out, a: g * math.cos(a),))
@@ -643,7 +643,7 @@ def test_a_rule_that_branches_or_calls_math_is_called_as_it_is():
 
 
 def test_ops_of_three_operands_and_micrograd_children():
-    from adcompile.ops import Op
+    from adcompile.ir.ops import Op
 
     fma = Op(
         "t_fma",

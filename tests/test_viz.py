@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from adcompile import viz
-from adcompile.ops import OPS
-from adcompile.tape import CONST, INPUT, Node, Tape
-from adcompile.value import Value, topological_order
+from adcompile.ir.ops import OPS
+from adcompile.ir.tape import CONST, INPUT, Node, Tape
+from adcompile.trace.value import Value, topological_order
 
 NODE = re.compile(r"^\s*(\w+) \[(.*)\];$")
 EDGE = re.compile(r"^\s*(\w+) -> (\w+)( \[.*\])?;$")

@@ -1,0 +1,654 @@
+"""``ad.export``: derivative code to take away, as a standalone module.
+
+``export(f, *example_args, transform=..., target=...)`` compiles the
+transform for the example arguments as adcompile does, then prints the code
+of that specialisation with what it needs around it:
+
+- ``target="python"``: a module importing only ``math`` and ``numpy`` (and
+  ``numba`` with ``jit=True``), defining one function named after ``f`` with
+  its parameters. It checks the arguments' shapes, runs the generated kernel
+  and returns what the adcompile transform returns. Folded loops stay loops;
+  their per-repetition constants and work-array size are literals.
+- ``target="c"``: one C99 function using only ``<math.h>``, ``int
+  name(inputs..., double* out)``, returning 0 or the number of the guard that
+  failed. The file begins with its header (a comment documenting the
+  signature and where each part of the result lies in ``out``, then the
+  prototype), which :func:`c_header` cuts out; with ``path`` it is also
+  written beside the ``.c`` file as ``.h``.
+
+Guards: each kernel returns a status, 0 when every guard recorded while
+tracing holds, else the guard's number (1-based), which the Python module
+turns into a ValueError naming the comparison and the user's source line.
+The module names that line by its file's base name (``model.py:12``), never
+the absolute path: exported code does not depend on where it was made.
+
+The exported function is named after ``f``, made a valid identifier that is
+not a keyword, a builtin or a name the module uses (a lambda's is
+``lambda_``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import keyword
+import linecache
+import ntpath
+import posixpath
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..emit.codegen import literal, straight_line
+from ..ir.outputs import OutLayout, size
+from ..ir.tape import INPUT, Guard, Param, Tape
+from .transform import AtLength
+
+TRANSFORMS = ("value", "grad", "value_and_grad", "jacobian", "hessian", "hvp", "jvp")
+TARGETS = ("python", "c")
+#: The line that ends the header part of an exported C file (see :func:`c_header`).
+HEADER_END = "/* ---- end of header ---- */"
+
+
+def export(
+    f: Callable,
+    *example_args: Any,
+    transform: str = "value_and_grad",
+    target: str = "python",
+    path: str | Path | None = None,
+    jit: bool = False,
+    argnums: int | Sequence[int] = 0,
+) -> str:
+    """The source of a standalone module computing ``transform`` of ``f`` for
+    arguments of the example arguments' shapes (and the branches they take);
+    written to ``path`` if given (for C, the header beside it as ``.h``).
+
+    ``transform``: one of :data:`TRANSFORMS` (``jvp`` takes the primals then
+    the tangents; ``hvp`` takes ``x, v, *rest``); ``argnums`` for the
+    gradient, Jacobian and Hessian. ``target``: ``"python"`` or ``"c"``.
+    ``jit=True`` (Python) compiles the kernel with Numba in the module.
+    """
+    if transform not in TRANSFORMS:
+        raise ValueError(
+            f"transform={transform!r}: choose one of {', '.join(map(repr, TRANSFORMS))}"
+        )
+    if target not in TARGETS:
+        raise ValueError(f"target={target!r}: choose one of {', '.join(map(repr, TARGETS))}")
+    t = _transform(f, transform, argnums)
+    spec, key = t.spec_for(example_args)
+    names = t.arg_names(len(key))
+    params = t.params_for(key)
+    hidden = list(t.captures.values())
+    fname, doc = t.compiled_name, t.compiled_doc
+    what = f"{transform} of {t.fun_name}"
+    if target == "c":
+        if hidden:
+            raise NotImplementedError(
+                f"{t.fun_name}() reads {t.captures.hidden[0].what} from outside its arguments; "
+                "the C export takes only the arguments: pass that data as an argument"
+            )
+        if isinstance(spec.compiled, AtLength):  # C needs the tape of exactly this length
+            spec = t.traced_spec(*example_args)
+        text = _c_module(spec, params, fname, doc, what)
+    else:
+        kernel = _python_kernel(spec.compiled, params, fname, doc)
+        n_vis = len(key) - len(hidden)
+        name = exported_name(t.fun_name, {kernel.name, *kernel.helpers})
+        text = _python_module(kernel, spec.out, name, names, key, n_vis, hidden, what, jit)
+    text = _short_paths(text)
+    if path is not None:
+        Path(path).write_text(text)
+        if target == "c":
+            Path(path).with_suffix(".h").write_text(c_header(text))
+    return text
+
+
+def _transform(f: Callable, transform: str, argnums: Any) -> Any:
+    from . import derived as transforms
+    from . import transform as api
+
+    if isinstance(f, api.Transformed):
+        raise TypeError("export() takes the plain function, not a transform of it")
+    if transform == "value":
+        return api.jit(f)
+    if transform in ("grad", "value_and_grad"):
+        return api.Transformed(f, argnums, transform)
+    if transform in ("jacobian", "hessian"):
+        return transforms.Derived(f, argnums, transform)
+    return transforms.Derived(f, 0, transform)
+
+
+# ------------------------------------------------------------------ kernels
+
+
+@dataclass
+class Kernel:
+    """Generated code with a status: ``name(*lead, *args, *extras, out) -> int``.
+
+    ``extras`` are ``(parameter, expression)``: what the wrapper passes besides
+    the arguments (a work array made per call, constants of ``consts``).
+    ``messages[k - 1]`` describes guard ``k``.
+    """
+
+    name: str
+    defs: str
+    messages: list[str]
+    extras: list[tuple[str, str]] = field(default_factory=list)
+    consts: list[str] = field(default_factory=list)
+    lead: list[str] = field(default_factory=list)
+    helpers: list[str] = field(default_factory=list)  # functions the kernel calls
+
+    def call(self, args: Sequence[str], out: str, extras: Sequence[str] | None = None) -> str:
+        ex = [e for e, _ in self.extras] if extras is None else list(extras)
+        return f"{self.name}({', '.join([*self.lead, *args, *ex, out])})"
+
+
+#: Names an exported Python module uses itself, besides its kernels' names.
+MODULE_NAMES = frozenset({"math", "numbers", "np", "numba", *dir(builtins)})
+
+
+def exported_name(name: str, taken: set[str] | frozenset[str] = frozenset()) -> str:
+    """``name`` as the name of an exported function: a valid identifier (other characters
+    become ``_``; ``f_`` in front of a leading digit) that is not a keyword, nor a builtin or
+    a name the module uses (``MODULE_NAMES``, ``taken``): those get a ``_`` at the end, as
+    ``lambda`` -> ``lambda_``."""
+    text = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name) or "f"
+    if not text.isidentifier():
+        text = "f_" + text
+    while keyword.iskeyword(text) or text in MODULE_NAMES or text in taken:
+        text += "_"
+    return text
+
+
+def base_name(path: str) -> str:
+    """The last part of a POSIX or Windows path (``model.py``); ``<stdin>`` as it is."""
+    return ntpath.basename(posixpath.basename(path)) or path
+
+
+def _short_where(where: str) -> str:
+    """``file:line`` with the file's base name (``model.py:12``)."""
+    m = re.match(r"(.*):(\d+)$", where or "")
+    return f"{base_name(m[1])}:{m[2]}" if m else where
+
+
+#: A guard's comment in generated code, which ends with the user's ``file:line``.
+_GUARD_WHERE = re.compile(r"( was (?:True|False) at )(.+?):(\d+)(?= \*/|$)", re.M)
+
+
+def _short_paths(text: str) -> str:
+    """``text`` with each guard comment's source file named by its base name."""
+    return _GUARD_WHERE.sub(lambda m: f"{m[1]}{base_name(m[2])}:{m[3]}", text)
+
+
+def _where(where: str) -> str:
+    """``file:line`` (the file by its base name) and the line's text, when the file can be
+    read."""
+    m = re.match(r"(.*):(\d+)$", where or "")
+    if not m:
+        return where or "an unrecorded line"
+    text = linecache.getline(m[1], int(m[2])).strip()
+    short = _short_where(where)
+    return f"{short}: {text}" if text else short
+
+
+def _guard_messages(tape: Tape, params: Sequence[Param]) -> list[str]:
+    """One line per guard of ``tape``: the comparison (inputs by name) and the line."""
+    names: dict[int, str] = {}
+    flat = [
+        p.name if p.size is None else f"{p.name}[{k}]" for p in params for k in range(p.size or 1)
+    ]
+    names.update(zip(tape.inputs, flat))
+
+    def side(i: int) -> str:
+        node = tape.nodes[i]
+        if node.op == INPUT:
+            return names.get(i, tape.name(i))
+        return tape.operand(i)
+
+    return [_message(f"{side(g.a)} {g.cmp} {side(g.b)}", g) for g in tape.guards]
+
+
+def _message(cond: str, g: Guard | tuple) -> str:
+    expected, where = (g.expected, g.where) if isinstance(g, Guard) else g
+    return f"{cond} was {expected} when traced, at {_where(where)}"
+
+
+_GUARD = re.compile(r"^(\s*)if (.*):  # guard: (.*) was (True|False)(?: at (.*))?$")
+_CALL = re.compile(r"^(\s*)if not (\w+\(.*\)):$")
+
+
+_FOR = re.compile(r"^(\s*)for (\w+) in range\((\d+)\):$")
+
+
+def _at(text: str, var: str, r: int) -> str:
+    """``text`` with each index that reads ``var`` evaluated at ``var = r``
+    (``x[1 + i]`` at 6: ``x[7]``)."""
+
+    def sub(m: re.Match) -> str:
+        if not re.search(rf"\b{var}\b", m[1]):
+            return m[0]
+        return f"[{eval(m[1], {'__builtins__': {}}, {var: r})}]"  # (ints, + and *)
+
+    return re.sub(r"\[([^\[\]]*)\]", sub, text)
+
+
+def with_status(source: str) -> tuple[str, list[str]]:
+    """Generated Python source (``return True`` / ``return False``) rewritten to
+    return 0, or guard ``k``'s number where it fails; a failure passed up from a
+    called function keeps its number. ``(source, messages)``; a ``return
+    False`` of no known form returns -1 (some guard failed)."""
+    lines = source.split("\n")
+    messages: list[str] = []
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        nxt = lines[k + 1].strip() if k + 1 < len(lines) else ""
+        g, c = _GUARD.match(line), _CALL.match(line)
+        loop = _FOR.match(out[-1]) if g and out else None
+        if g and nxt == "return False" and loop and re.search(rf"\b{loop[2]}\b", g[3]):
+            # a loop of guards (loopir.GuardLoop): one number, and one message, per element
+            var, first = loop[2], len(messages) + 1
+            for r in range(int(loop[3])):
+                messages.append(_message(_at(g[3], var, r), (g[4] == "True", g[5] or "")))
+            out += [line, lines[k + 1].replace("return False", f"return {first} + {var}")]
+            k += 2
+            continue
+        if g and nxt == "return False":
+            messages.append(_message(g[3], (g[4] == "True", g[5] or "")))
+            out += [line, lines[k + 1].replace("return False", f"return {len(messages)}")]
+            k += 2
+            continue
+        if c and nxt == "return False":
+            pad = c[1]
+            out += [f"{pad}_s = {c[2]}", f"{pad}if _s:", f"{pad}    return _s"]
+            k += 2
+            continue
+        stripped = line.strip()
+        if stripped in ("return True", "return False"):
+            line = line.replace(stripped, "return 0" if stripped == "return True" else "return -1")
+        out.append(line)
+        k += 1
+    return "\n".join(out), messages
+
+
+def _body(source: str) -> str:
+    """A generated module without its header and imports."""
+    return re.sub(r"\A# generated by adcompile\nimport math\n+", "", source).strip() + "\n"
+
+
+def _array_literal(a: np.ndarray, dtype: str = "float64") -> str:
+    a = np.asarray(a)
+    if a.size == 0:
+        return f"np.zeros({a.shape!r}, dtype=np.{dtype})"
+    items = ", ".join(literal(float(x)) if dtype == "float64" else str(int(x)) for x in a.ravel())
+    shape = "" if a.ndim == 1 else f".reshape({a.shape!r})"
+    return f"np.array([{items}], dtype=np.{dtype}){shape}"
+
+
+def _python_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
+    """The kernel of compiled code of any kind, as Python source with a status."""
+    from ..backend.jit import BasisCompiled, LoopCompiled
+
+    if isinstance(compiled, BasisCompiled):
+        return _basis_kernel(compiled, params, fname, doc)
+    if isinstance(compiled, AtLength):
+        gen, n = compiled.gen, compiled.n
+        a, b = gen.work_size
+        return _folded_kernel(gen.source, fname, gen.columns, a * n + b, [], [str(n)])
+    if isinstance(compiled, LoopCompiled):
+        return _folded_kernel(compiled.source, fname, compiled.columns, compiled.work_size, [], [])
+    if compiled.kind == "folded":
+        f = compiled.folded
+        return _folded_kernel(f.source, fname, f.columns, f.work_size, f.code.functions, [])
+    if compiled.kind == "straight-line":
+        tape = compiled.tape
+        src = straight_line(tape, fname, params, doc, status=True)
+        return Kernel(fname, src, _guard_messages(tape, params))
+    return _interpreter_kernel(compiled, params, fname)
+
+
+def _folded_kernel(
+    source: str, fname: str, columns: np.ndarray, work: int, functions: list[str], lead: list[str]
+) -> Kernel:
+    defs, messages = with_status(_body(source))
+    cols = f"_COLUMNS_{fname}"
+    return Kernel(
+        fname,
+        defs,
+        messages,
+        [(f"_work_{fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)],
+        [f"{cols} = {_array_literal(columns)}"],
+        lead,
+        list(functions),
+    )
+
+
+def _basis_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
+    """A loop over the basis vectors around the kernel of one (a Jacobian or Hessian)."""
+    m = compiled.one.params[-1].size
+    inner = _python_kernel(compiled.one, [*params, Param("e", m)], f"{fname}_one", doc)
+    dest = compiled_dest(compiled)
+    k = dest.shape[1]
+    args = [p.name for p in params]
+    extras = [e for e, _ in inner.extras]
+    sig = ", ".join([*args, *extras, "_DEST", "out"])
+    loop = (
+        f"def {fname}({sig}):\n"
+        f"    _e = np.zeros({m})\n"
+        f"    _res = np.empty({k})\n"
+        f"    for _j in range({m}):  # one basis vector e_j at a time\n"
+        "        _e[_j] = 1.0\n"
+        f"        _s = {inner.call([*args, '_e'], '_res')}\n"
+        "        if _s:\n"
+        "            return _s\n"
+        "        _e[_j] = 0.0\n"
+        f"        for _i in range({k}):\n"
+        "            out[_DEST[_j, _i]] = _res[_i]\n"
+        "    return 0\n"
+    )
+    const = f"_DEST_{fname}"
+    return Kernel(
+        fname,
+        inner.defs + "\n\n" + loop,
+        inner.messages,
+        [*inner.extras, ("_DEST", const)],
+        [*inner.consts, f"{const} = {_array_literal(dest, 'int64')}"],
+        [],
+        [*inner.helpers, inner.name],
+    )
+
+
+def compiled_dest(compiled: Any) -> np.ndarray:
+    """Where entry ``i`` of basis vector ``j``'s result goes (``dest[j, i]``) in a
+    BasisCompiled: the array its Numba loop reads as the global ``_dest``."""
+    return np.asarray(compiled.fn.py_func.__globals__["_dest"], dtype=np.int64)
+
+
+def _interpreter_kernel(compiled: Any, params: Sequence[Param], fname: str) -> Kernel:
+    """The tape interpreter with its program as literals; ``check`` returns a status."""
+    from ..emit.codegen import interpreter_source
+
+    p = compiled.program
+    run = interpreter_source().split("\n\n\ndef check")[0].replace("def run(", f"def {fname}_run(")
+    cmps = ["<", "<=", ">", ">=", "==", "!="]
+    args = ", ".join(p.name for p in params)
+    lines = [f"def {fname}({args}{', ' if args else ''}_P, out):"]
+    lines.append("    opcodes, arg0, arg1, init, inputs, outputs, guards = _P")
+    lines.append("    vals = init.copy()")
+    start = 0
+    for prm in params:
+        n = prm.size or 1
+        lines.append(
+            f"    vals[inputs[{start}]] = {prm.name}"
+            if prm.size is None
+            else f"    vals[inputs[{start}:{start + n}]] = {prm.name}"
+        )
+        start += n
+    lines.append(f"    {fname}_run(opcodes, arg0, arg1, vals)")
+    lines.append("    for k in range(guards.shape[0]):")
+    lines.append("        a = vals[guards[k, 1]]")
+    lines.append("        b = vals[guards[k, 2]]")
+    lines.append("        c = guards[k, 0]")
+    for code, cmp in enumerate(cmps):
+        lines.append(f"        {'if' if code == 0 else 'elif'} c == {code}:")
+        lines.append(f"            r = a {cmp} b")
+    lines.append("        else:")
+    lines.append("            r = False")
+    lines.append("        if r != (guards[k, 3] == 1):")
+    lines.append("            return k + 1")
+    lines.append("    for k in range(outputs.shape[0]):")
+    lines.append("        out[k] = vals[outputs[k]]")
+    lines.append("    return 0")
+    const = f"_PROGRAM_{fname}"
+    arrays = [
+        _array_literal(p.opcodes, "int64"),
+        _array_literal(p.arg0, "int64"),
+        _array_literal(p.arg1, "int64"),
+        _array_literal(p.init),
+        _array_literal(p.inputs, "int64"),
+        _array_literal(p.outputs, "int64"),
+        _array_literal(p.guards, "int64") if len(p.guards) else "np.zeros((0, 4), dtype=np.int64)",
+    ]
+    return Kernel(
+        fname,
+        run + "\n\n" + "\n".join(lines) + "\n",
+        _guard_messages(compiled.tape, params),
+        [("_P", const)],
+        [f"{const} = (\n" + "".join(f"    {a},\n" for a in arrays) + ")"],
+        [],
+        [f"{fname}_run"],
+    )
+
+
+# ------------------------------------------------------------------ the Python module
+
+
+def result_code(layout: OutLayout, out: str = "out") -> str:
+    """The expression that rebuilds the transform's result from ``out``."""
+    parts = [
+        f"{out}.item({s})" if sh is None else f"{out}[{s}:{s + size(sh)}].reshape({sh!r})"
+        for s, sh in layout.parts
+    ]
+
+    def walk(tree: Any) -> str:
+        if type(tree) is tuple and len(tree) == 2 and tree[0] in ("tuple", "list"):
+            items = [walk(t) for t in tree[1]]
+            if tree[0] == "list":
+                return f"[{', '.join(items)}]"
+            return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+        return parts[tree]
+
+    return walk(layout.tree)
+
+
+_HELPERS = '''
+def _array(fname, name, value, shape):
+    """``value`` as a flat float64 array, after checking its shape."""
+    if isinstance(value, bool) or not isinstance(value, (np.ndarray, list, tuple)):
+        got = np.shape(value) if isinstance(value, numbers.Real) else type(value).__name__
+        raise ValueError(f"argument {name} of {fname}(): expected shape {shape}, got {got}")
+    a = np.asarray(value, dtype=np.float64)
+    if a.shape != shape:
+        raise ValueError(f"argument {name} of {fname}(): expected shape {shape}, got {a.shape}")
+    return np.ascontiguousarray(a).ravel()
+
+
+def _scalar(fname, name, value):
+    """``value`` as a float, after checking it is a scalar."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "fiu":
+        return float(value)
+    got = np.shape(value) if isinstance(value, (np.ndarray, list, tuple)) else type(value).__name__
+    raise ValueError(f"argument {name} of {fname}(): expected a scalar, shape (), got {got}")
+
+
+def _fail(fname, status):
+    """A guard failed: these inputs take another branch than the exported code."""
+    what = _GUARDS[status - 1] if 0 < status <= len(_GUARDS) else "one of: " + "; ".join(_GUARDS)
+    raise ValueError(
+        f"{fname}(): these inputs take another branch than the exported one "
+        f"(guard {status} failed: {what}); export again at inputs that take it"
+    )
+'''
+
+
+def _python_module(
+    kernel: Kernel,
+    layout: OutLayout,
+    name: str,
+    names: list[str],
+    key: tuple,
+    n_vis: int,
+    hidden: list[Any],
+    what: str,
+    jit: bool,
+) -> str:
+    shapes = ", ".join(
+        f"{n}: {'float' if s is None else 'float64' + str(list(s))}"
+        for n, s in zip(names[:n_vis], key)
+    )
+    head = [
+        f"# {what}, exported by adcompile for arguments {shapes}.",
+        "# Standalone: it needs only math and numpy"
+        + (" and numba." if jit else ".")
+        + " Generated code: edit at your own risk.",
+        "import math",
+        "import numbers",
+        "",
+        "import numpy as np",
+    ]
+    if jit:
+        head.append("import numba")
+    consts = list(kernel.consts)
+    args = []
+    for k, (nm, s) in enumerate(zip(names, key)):
+        if k < n_vis:
+            args.append(nm)
+            continue
+        const = f"_HIDDEN_{k}"  # data f reads from outside its arguments, as exported
+        value = np.asarray(hidden[k - n_vis], dtype=np.float64)
+        consts.append(
+            f"{const} = {literal(float(value))}"
+            if s is None
+            else f"{const} = {_array_literal(value.ravel())}"
+        )
+        args.append(const)
+    consts.append("_GUARDS = (\n" + "".join(f"    {m!r},\n" for m in kernel.messages) + ")")
+    body = [kernel.defs.rstrip()]
+    if jit:
+        numba_lines = [
+            f"{h} = numba.njit(cache=False, error_model='numpy')({h})" for h in kernel.helpers
+        ]
+        numba_lines.append(
+            f"{kernel.name} = numba.njit(cache=False, error_model='numpy')({kernel.name})"
+        )
+        body.append("\n".join(numba_lines))
+    public = names[:n_vis]
+    doc = (
+        f'    """{what}: returns what adcompile\'s transform returns, for arguments '
+        f"of these shapes ({shapes or 'none'}).\n\n"
+        "    Raises ValueError for other shapes, or for inputs that take another branch.\n"
+        '    """'
+    )
+    wrapper = [f"def {name}({', '.join(public)}):", doc]
+    for nm, s in zip(public, key):
+        if s is None:
+            wrapper.append(f"    {nm} = _scalar({name!r}, {nm!r}, {nm})")
+        else:
+            wrapper.append(f"    {nm} = _array({name!r}, {nm!r}, {nm}, {tuple(s)!r})")
+    wrapper.append(f"    out = np.empty({max(layout.n_out, 1)})")
+    extras = [e for _, e in kernel.extras]
+    wrapper.append(f"    status = {kernel.call(args, 'out', extras)}")
+    wrapper += ["    if status:", f"        _fail({name!r}, status)"]
+    wrapper.append(f"    return {result_code(layout)}")
+    parts = [
+        "\n".join(head),
+        "\n".join(consts),
+        *body,
+        _HELPERS.strip(),
+        "\n".join(wrapper),
+    ]
+    return "\n\n\n".join(parts) + "\n"
+
+
+# ------------------------------------------------------------------ C
+
+
+def c_header(source: str) -> str:
+    """The header part of an exported C file (its documentation and prototype)."""
+    head = source.split(HEADER_END)[0]
+    return head + HEADER_END + "\n"
+
+
+def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -> str:
+    from ..backend.jit import BasisCompiled
+
+    compiled = spec.compiled
+    sig_params = [
+        f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
+    ]
+    messages: list[str]
+    # C is printed as straight-line code of the unrolled code tape, whatever kind
+    # of code adcompile itself compiled (folded loops are printed unrolled: a long
+    # file, but one any C compiler takes)
+    if isinstance(compiled, BasisCompiled):
+        one = compiled.one
+        inner = straight_line(one.tape, f"{fname}_one", [*params, one.params[-1]], doc, lang="c")
+        messages = _guard_messages(one.tape, [*params, one.params[-1]])
+        code = "static " + inner + "\n" + _c_basis(compiled, params, fname, sig_params)
+    else:
+        code = straight_line(compiled.tape, fname, params, doc, lang="c")
+        messages = _guard_messages(compiled.tape, params)
+    proto = f"int {fname}({', '.join([*sig_params, 'double* out'])});"
+    doc_lines = [
+        f"{what}, exported by adcompile as C99 (only <math.h>).",
+        "",
+        proto,
+        "",
+        "Arguments: a scalar is a double; an array is a const double* to its",
+        "elements in C (row-major) order:",
+    ]
+    doc_lines += [
+        f"  {p.name}: " + ("double" if p.size is None else f"{p.size} doubles") for p in params
+    ]
+    doc_lines += ["", f"out: {spec.out.n_out} doubles the function writes:"]
+    doc_lines += [f"  {line}" for line in _layout_lines(spec.out)]
+    doc_lines += [
+        "",
+        "Returns 0, or k when guard k fails (the inputs take another branch",
+        "than the traced one; out then means nothing):",
+    ]
+    doc_lines += [f"  {k}: {m}" for k, m in enumerate(messages, 1)] or ["  (no guards)"]
+    comment = "/*\n" + "".join(f" * {ln}".rstrip() + "\n" for ln in doc_lines).replace("*/", "* /")
+    guard = f"ADCOMPILE_{fname.upper()}_H"
+    header = f"{comment} */\n#ifndef {guard}\n#define {guard}\n\n{proto}\n\n#endif\n{HEADER_END}\n"
+    return header + "\n#include <math.h>\n\n" + code
+
+
+def _layout_lines(layout: OutLayout) -> list[str]:
+    """Where each part of the result lies in ``out``, in words."""
+    paths: dict[int, str] = {}
+
+    def walk(tree: Any, path: str) -> None:
+        if type(tree) is tuple and len(tree) == 2 and tree[0] in ("tuple", "list"):
+            for k, sub in enumerate(tree[1]):
+                walk(sub, f"{path}[{k}]")
+        else:
+            paths[tree] = path or "the result"
+
+    walk(layout.tree, "")
+    lines = []
+    for k, (s, sh) in enumerate(layout.parts):
+        where = f"out[{s}]" if sh is None else f"out[{s}..{s + size(sh) - 1}]"
+        shape = "a scalar" if sh is None else f"shape {tuple(sh)}, row-major"
+        path = paths[k] if paths[k] == "the result" else "result" + paths[k]
+        lines.append(f"{where}: {path} ({shape})")
+    return lines
+
+
+def _c_basis(compiled: Any, params: list[Param], fname: str, sig_params: list[str]) -> str:
+    """The C loop over basis vectors around ``fname_one``."""
+    dest = compiled_dest(compiled)
+    m, k = dest.shape
+    rows = ",\n".join("    {" + ", ".join(str(int(x)) for x in row) + "}" for row in dest)
+    args = "".join(f"{p.name}, " for p in params)
+    return (
+        f"static const long {fname}_dest[{m}][{k}] = {{\n{rows}\n}};\n\n"
+        f"int {fname}({', '.join([*sig_params, 'double* out'])}) {{\n"
+        f"    double e[{m}] = {{0.0}};\n"
+        f"    double res[{k}];\n"
+        f"    for (int j = 0; j < {m}; j++) {{  /* one basis vector e_j at a time */\n"
+        "        e[j] = 1.0;\n"
+        f"        int s = {fname}_one({args}e, res);\n"
+        "        if (s) return s;\n"
+        "        e[j] = 0.0;\n"
+        f"        for (int i = 0; i < {k}; i++) out[{fname}_dest[j][i]] = res[i];\n"
+        "    }\n"
+        "    return 0;\n"
+        "}\n"
+    )

@@ -1,0 +1,208 @@
+"""``ad.vmap``: one compiled function over many points, on every core (or a GPU).
+
+``vmap(f)`` compiles ``f`` (a plain function, as ``jit`` does, or any
+transform: ``grad``, ``jacobian``, ``hvp`` ...) for the shapes of one point,
+then runs its Numba function once per point inside a generated kernel: a
+``prange`` loop over the points on the CPU cores, or one CUDA thread per
+point with ``device="cuda"``. No Python runs per point.
+
+Guards: the code is specialised to the branches the first point took. A
+point whose inputs take another branch is not answered by that code: its
+guard fails inside the kernel, and that point is then evaluated by the
+transform itself, which traces it on its own path. So every point gets its
+own branch's answer.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir.outputs import assemble, part_leaves, size
+from .transform import Transformed, jit
+
+_DEVICES = ("cpu", "cuda")
+
+
+class Vmapped:
+    """``f`` mapped over the leading axis of its array arguments (see ``vmap``)."""
+
+    def __init__(self, fun: Callable, in_axes: Any = 0, device: str = "cpu") -> None:
+        if not callable(fun):
+            raise TypeError(f"vmap() needs a function, got {type(fun).__name__!r}")
+        if device not in _DEVICES:
+            raise ValueError(f"vmap(device={device!r}): choose 'cpu' or 'cuda'")
+        if not (
+            in_axes is None
+            or _is_axis(in_axes)
+            or isinstance(in_axes, (tuple, list))
+            and all(a is None or _is_axis(a) for a in in_axes)
+        ):
+            raise TypeError(
+                f"vmap(in_axes={in_axes!r}): in_axes is an int (the axis to map over), "
+                "None (broadcast) or a tuple of those, one per argument"
+            )
+        self.fun = fun
+        self.inner = fun if isinstance(fun, Transformed) else jit(fun)
+        self.in_axes = in_axes
+        self.device = device
+        functools.update_wrapper(self, fun, updated=())
+
+    def _axes(self, args: Sequence[Any]) -> list[int | None]:
+        if isinstance(self.in_axes, (tuple, list)):
+            if len(self.in_axes) != len(args):
+                raise ValueError(
+                    f"vmap: in_axes has {len(self.in_axes)} entries but the call has "
+                    f"{len(args)} arguments; give one per argument (None to broadcast)"
+                )
+            axes = list(self.in_axes)
+        else:
+            axes = [self.in_axes] * len(args)
+        out: list[int | None] = []
+        for k, (a, ax) in enumerate(zip(args, axes)):
+            nd = np.ndim(a)
+            if ax is None or (nd == 0 and not isinstance(self.in_axes, (tuple, list))):
+                out.append(None)  # numbers broadcast under an int in_axes, as data
+            elif nd == 0:
+                raise ValueError(
+                    f"vmap: in_axes[{k}] = {ax} maps argument {k}, but it is a number; "
+                    "use None for arguments shared by every point"
+                )
+            elif not -nd <= ax < nd:
+                raise ValueError(
+                    f"vmap: in_axes[{k}] = {ax} is out of range for argument {k} of "
+                    f"shape {np.shape(a)}"
+                )
+            else:
+                out.append(ax % nd)
+        return out
+
+    def __call__(self, *args: Any) -> Any:
+        axes = self._axes(args)
+        if all(ax is None for ax in axes):
+            raise ValueError(
+                "vmap: no argument is mapped (every in_axes is None, or every argument "
+                "is a number); pass an array with the points along in_axes"
+            )
+        traced = any(_holds_values(a) for a in args)
+        moved: list[Any] = []
+        lengths = set()
+        for a, ax in zip(args, axes):
+            if ax is None:
+                moved.append(a)
+            else:
+                arr = np.moveaxis(np.asarray(a, dtype=object if traced else np.float64), ax, 0)
+                lengths.add(arr.shape[0])
+                moved.append(arr if traced else np.ascontiguousarray(arr))
+        if len(lengths) > 1:
+            raise ValueError(
+                f"vmap: the mapped arguments have different lengths {sorted(lengths)} "
+                "along their mapped axes; they must all have the same number of points"
+            )
+        n = lengths.pop()
+        if n == 0:
+            raise ValueError("vmap: the mapped arguments hold no points (length 0)")
+        if traced:  # inside another transform, or on Values: point by point, recorded
+            results = [
+                self.fun(*[m[p] if ax is not None else m for m, ax in zip(moved, axes)])
+                for p in range(n)
+            ]
+            return _stack(results)
+        example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
+        inner = self.inner
+        inner.check_captures()
+        caps = inner.captures
+        spec, key = inner.spec_for(example)
+        hidden = list(caps.values())
+        kinds, call_args = [], []
+        for m, ax in zip([*moved, *hidden], [*axes, *[None] * len(hidden)]):
+            if ax is None:
+                kinds.append("same")
+                call_args.append(
+                    np.ascontiguousarray(m, dtype=np.float64).ravel() if np.ndim(m) else float(m)
+                )
+            elif m.ndim == 1:
+                kinds.append("scalar")
+                call_args.append(m)
+            else:
+                kinds.append("rows")
+                call_args.append(m.reshape(n, -1))
+        n_out = spec.compiled.n_out
+        if self.device == "cuda":
+            outs, ok = _run_cuda(spec, kinds, call_args, n, n_out)
+        else:
+            from ..backend.jit import vmap_kernel
+
+            kernel = vmap_kernel(inner.numba_of(spec, key), kinds)
+            outs, ok = np.empty((n, n_out)), np.empty(n, dtype=np.bool_)
+            kernel(n, *call_args, outs, ok)
+        layout = spec.out
+        parts = [
+            outs[:, s].copy() if sh is None else outs[:, s : s + size(sh)].reshape(n, *sh)
+            for s, sh in layout.parts
+        ]
+        for p in np.flatnonzero(~ok):  # another branch: that point on its own path
+            point = [m[p] if ax is not None else m for m, ax in zip(moved, axes)]
+            for k, value in part_leaves(layout.tree, inner(*point)):
+                parts[k][p] = value
+        return assemble(layout.tree, parts)
+
+
+def _holds_values(a: Any) -> bool:
+    """Whether ``a`` is a Value or an array of them (vmap inside a trace)."""
+    if isinstance(a, np.ndarray):
+        return a.dtype == object
+    return hasattr(a, "_apply") or (
+        isinstance(a, (list, tuple)) and any(_holds_values(e) for e in a)
+    )
+
+
+def _stack(results: list[Any]) -> Any:
+    """Per-point results (Values, arrays of them, tuples or lists of those) stacked
+    along a new axis 0, as arrays of Values."""
+    first = results[0]
+    if isinstance(first, (tuple, list)):
+        parts = [_stack([r[k] for r in results]) for k in range(len(first))]
+        return tuple(parts) if isinstance(first, tuple) else parts
+    shape = np.shape(first)
+    out = np.empty((len(results), *shape), dtype=object)
+    for p, r in enumerate(results):
+        out[p] = r
+    from ..trace.tensor import asarray
+
+    return asarray(out)
+
+
+def _is_axis(a: Any) -> bool:
+    return isinstance(a, (int, np.integer)) and not isinstance(a, bool)
+
+
+def _run_cuda(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) -> tuple:
+    """Run straight-line code once per point on a CUDA device (one thread each)."""
+    from ..backend.jit import cuda_vmap_kernel
+
+    compiled = spec.compiled
+    if compiled.kind != "straight-line":
+        raise NotImplementedError(
+            f"vmap(device='cuda') runs straight-line code only; this function compiled "
+            f"to {compiled.kind} code ({compiled.explanation}). Use device='cpu'"
+        )
+    return cuda_vmap_kernel(compiled.fn.py_func, kinds, args, n, n_out)
+
+
+def vmap(fun: Callable, in_axes: Any = 0, *, device: str = "cpu") -> Vmapped:
+    """``fun`` mapped over the leading axis of its array arguments (as ``jax.vmap``).
+
+    ``fun`` is a plain function (compiled as ``jit`` compiles it) or any
+    transform (``vmap(grad(f))`` gives per-point gradients). ``in_axes``: an
+    int (the axis of every array argument to map over; numbers are shared),
+    ``None`` (shared), or a tuple with one of those per argument. Results are
+    stacked along axis 0 (tuples of them for tuple results). The loop over the
+    points is compiled and runs on every CPU core (``NUMBA_NUM_THREADS`` sets
+    how many); ``device="cuda"`` runs it on a GPU (``pip install
+    "adcompile[cuda]"``; ``NUMBA_ENABLE_CUDASIM=1`` simulates one).
+    """
+    return Vmapped(fun, in_axes, device)

@@ -1,0 +1,198 @@
+"""Batch-generic code: one compiled function for every batch length.
+
+A loss over n examples records n copies of the per-example work, so its
+tape, and the code generated from it, depend on n. When the arguments that
+are not differentiated share a leading length n (the examples: ``X`` of
+shape (n, 2) and ``y`` of shape (n,)), the function is traced at a few
+small lengths instead, on the first rows of the data, and the folded
+programs are made one program in n (``loopir.generalise``, driven by
+``loops.batch_source``): loop counts and offsets affine in n, a mean's
+``1 / n``. That program, with ``n`` its first argument, is compiled once
+and serves every batch length, the last short batch included.
+
+This module says which arguments are the batch (``batched``) and holds the
+compiled code (``BatchCompiled``).
+
+Python code may treat some lengths differently (``if len(y) >= 16``,
+``X[:12]``, ``range(min(n, 10))``). The traces record each comparison made
+on the length as a guard (``adcompile.lengths``): the program serves only
+the lengths at which every guard answers as it did when traced
+(``BatchCompiled.serves``), and where the length the call has would answer
+otherwise, nothing is compiled yet (``Deferred``). What the guards cannot
+see is left to the caller's check of the first answer at each new length
+against ``f`` run on plain numbers (``run_plain``, at a point ``nearby``
+the call's); where they differ, that length is traced as it is.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..emit.codegen import CodeFacts
+from ..ir.tape import Param, Tape
+from ..trace.lengths import Guard, holds
+from ..trace.tensor import tensor
+from ..trace.value import Value, debug_nans, no_grad
+
+#: Batches shorter than this are traced as they are.
+MIN_LENGTH = 16
+
+
+def batched(
+    shapes: Sequence[tuple | None], wrt: Sequence[int], min_length: int = MIN_LENGTH
+) -> tuple[int, list[int]] | None:
+    """(n, the arguments whose leading length is n), or None (also when n < ``min_length``).
+
+    The batched arguments are the arrays that are not differentiated whose
+    first dimension is n, the leading length most of them share (the first
+    such array's on a tie).
+    """
+    data = [k for k, s in enumerate(shapes) if k not in wrt and s is not None and len(s) >= 1]
+    if not data:
+        return None
+    lengths = [shapes[k][0] for k in data]
+    n = max(lengths, key=lengths.count)  # the most common; the first of those
+    if n < min_length:
+        return None
+    return n, [k for k in data if shapes[k][0] == n]
+
+
+# ------------------------------------------------------------------ compiling
+
+
+class BatchCompiled:
+    """Folded code for any batch length: ``call_n(n, *flat) -> (ok, outputs)``.
+
+    ``fn(n, *flat, work, columns, out) -> ok`` is the Numba function itself.
+    """
+
+    kind = "folded"
+
+    def __init__(
+        self,
+        fname: str,
+        source: str,
+        functions: list[str],
+        params: Sequence[Param],
+        work: tuple[int, int],
+        columns: np.ndarray,
+        n_out: int,
+        explanation: str,
+        tape: Tape | Callable[[], Tape],
+        lengths: tuple[int, ...],
+        guards: Sequence[Guard] = (),
+        facts: CodeFacts | None = None,
+    ) -> None:
+        from .jit import compile_folded_source  # the Numba side, imported on use
+
+        self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
+        self.guards = tuple(guards)  # ... at which the code's comparisons on n answer as traced
+        self.source = source
+        self.explanation = explanation
+        self.facts = facts  # what the code is, in numbers (``api.summary``)
+        self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
+        self.fn = compile_folded_source(source, fname, functions, params, "int64")
+        self.work_size = work  # (a, b): the work array holds a * n + b values
+        self.columns = columns
+        self.n_out = n_out
+        self._local = threading.local()
+
+    def serves(self, n: int) -> bool:
+        """Whether this code answers for batch length ``n``."""
+        return n >= self.lengths[0] and holds(self.guards, n)
+
+    @property
+    def tape(self) -> Tape:
+        """The adjoint tape at the largest length traced."""
+        if callable(self._tape):
+            self._tape = self._tape()
+        return self._tape
+
+    def call_n(self, n: int, *args: Any) -> tuple[bool, np.ndarray]:
+        """Run for batch length ``n`` on flat float arguments."""
+        size = max(self.work_size[0] * n + self.work_size[1], 1)
+        work = getattr(self._local, "work", None)
+        if work is None or len(work) < size:
+            work = self._local.work = np.empty(size)
+        out = np.empty(self.n_out)
+        return self.fn(n, *args, work, self.columns, out), out
+
+
+class Deferred:
+    """No code yet: the traces found comparisons on the batch length that the
+    length of the call being served answers otherwise (``if len(y) >= 16`` at
+    n = 64, traced at n = 8, 9, 11). A later length at which these ``guards``
+    answer as traced (``serves``) may have generic code: it traces again."""
+
+    def __init__(self, guards: Sequence[Guard]) -> None:
+        self.guards = tuple(guards)
+
+    def serves(self, n: int) -> bool:
+        """Whether generic code made now might answer for batch length ``n``."""
+        return n >= MIN_LENGTH and holds(self.guards, n)
+
+
+# ------------------------------------------------------------------ checking
+
+
+def run_plain(
+    fun: Callable[..., Any], args: Sequence[Any], leaves: Sequence[Value] | None = None
+) -> float | None:
+    """``fun``'s value on plain numbers: float arrays, or Values that record nothing
+    where it needs Values' methods (``.tanh()``); None when it fails on both. With
+    ``leaves`` (a compiled loss's parameters, which ``fun`` reads), ``args[0]``
+    holds their values: they are set for the call and restored after it."""
+    saved = None
+    if leaves is not None:
+        saved = [p.data for p in leaves]
+        for p, x in zip(leaves, np.asarray(args[0], dtype=np.float64).ravel().tolist()):
+            p.data = x
+        args = args[1:]
+    try:
+        with no_grad(), debug_nans(False), np.errstate(all="ignore"):
+            for as_values in (False, True):
+                try:
+                    res = fun(*[_plain(a, as_values) for a in args])
+                    if isinstance(res, np.ndarray):
+                        res = res.reshape(-1)[0]
+                    return float(res.data if isinstance(res, Value) else res)
+                except Exception:
+                    continue
+        return None
+    finally:
+        if saved is not None:
+            for p, x in zip(leaves, saved):
+                p.data = x
+
+
+def _plain(a: Any, as_values: bool) -> Any:
+    if not np.ndim(a):
+        return Value(float(a), requires_grad=False) if as_values else a
+    arr = np.asarray(a, dtype=np.float64)
+    return tensor(arr, requires_grad=False) if as_values else arr
+
+
+def nearby(args: Sequence[Any], flat: Sequence[Any], wrt: Sequence[int]) -> tuple[list, list]:
+    """``args`` and their ``flat`` form with the differentiated arguments moved a
+    little (by 10% of 1 + |x|, in a fixed pseudo-random direction)."""
+    rng = np.random.default_rng(20250101)
+    args, flat = list(args), list(flat)
+    for k in wrt:
+        x = np.asarray(flat[k], dtype=np.float64)
+        y = x + 0.1 * rng.uniform(-1.0, 1.0, x.shape) * (1.0 + np.abs(x))
+        flat[k] = y if x.ndim else float(y)
+        args[k] = y.reshape(np.shape(args[k])) if x.ndim else float(y)
+    return args, flat
+
+
+def agree(got: float, value: float) -> bool:
+    """Whether two values of a loss agree (to 1e-9, relative; nan with nan)."""
+    return (
+        got == value
+        or abs(got - value) <= 1e-9 * max(abs(got), abs(value), 1e-300)
+        or (got != got and value != value)
+    )

@@ -1,0 +1,5 @@
+"""``python -m adcompile.cli``."""
+
+from .commands import main
+
+raise SystemExit(main())

@@ -1,0 +1,384 @@
+"""Tape -> Python source text (no Numba here).
+
+Two forms:
+
+- straight-line source, one statement per primitive, primal slots ``vK``,
+  adjoints ``bK``, a comment naming the primal statement above each adjoint
+  block, ``repr`` float literals, only ``math`` and the arguments referenced;
+- for large tapes, an opcode program (arrays) and the source of one tape
+  interpreter generated from the op table's code templates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..ir.ops import OPS, Op
+from ..ir.tape import CONST, INPUT, Param, Tape
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where straight-line code puts its outputs instead of ``out[k]`` (the
+    calling convention of a transform's direct entry, ``jit.compile_direct``).
+
+    Output ``k`` is assigned to ``targets[k]``: an element of one of the
+    ``arrays`` parameters (which replace ``out``), or a local; empty: not
+    written. ``success`` is returned when every guard holds, ``failure`` when
+    one does not or an array argument has another length than traced."""
+
+    arrays: tuple[str, ...]
+    targets: tuple[str, ...]
+    success: str
+    failure: str = "None"
+
+
+#: Generated code checks at most this many guards with one ``if`` each; more are
+#: folded into loops (``loopir.GuardLoop``) or into one flag tested once.
+GUARD_IFS = 32
+
+
+def strip_parens(expr: str) -> str:
+    """``(a + b)`` -> ``a + b`` when the outer parentheses enclose everything."""
+    if not (expr.startswith("(") and expr.endswith(")")):
+        return expr
+    depth = 0
+    for k, ch in enumerate(expr):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k < len(expr) - 1:
+            return expr
+    return expr[1:-1]
+
+
+def _final_names(tape: Tape) -> list[str]:
+    """Slot names for the source; a name is reused (``b3 = b3 + t9``) only
+    when the value it held before is not read again."""
+    n = len(tape.nodes)
+    last_use = list(range(n))
+    for j, node in enumerate(tape.nodes):
+        for a in node.args:
+            last_use[a] = j
+    for o in tape.outputs:
+        last_use[o] = n
+    for g in tape.guards:
+        last_use[g.a] = last_use[g.b] = n
+    names, holder = [], {}
+    for j in range(n):
+        name = tape.name(j)
+        prev = holder.get(name)
+        if prev is not None and last_use[prev] > j:
+            name = f"t{j}" if name != f"t{j}" else f"t{j}_"
+        holder[name] = j
+        names.append(name)
+    return names
+
+
+def py_ident(name: str) -> str:
+    out = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name)
+    return out if out and not out[0].isdigit() else "_" + out
+
+
+def literal(value: float, lang: str = "python") -> str:
+    """A float as a literal of generated code (``math.inf`` / C's ``INFINITY``;
+    a negative number parenthesised in C, where ``--1.0`` would not parse). A
+    float subclass with its own text (``loopir.NFloat``, a number in the batch
+    length ``n``) is printed as that text."""
+    expr = getattr(value, "expr", None)
+    if expr is not None:  # (loopir.NFloat)
+        return expr
+    if value != value:
+        return "math.nan" if lang == "python" else "NAN"
+    if value in (math.inf, -math.inf):
+        sign = "-" if value < 0 else ""
+        return f"{sign}math.inf" if lang == "python" else f"({sign}INFINITY)"
+    text = repr(float(value))
+    return f"({text})" if lang == "c" and text.startswith("-") else text
+
+
+def c_comment(text: str) -> str:
+    """``text`` as a C comment (a ``*/`` inside cannot end it)."""
+    return "/* " + text.replace("*/", "* /") + " */"
+
+
+def straight_line(
+    tape: Tape,
+    fname: str,
+    params: Sequence[Param],
+    doc: str = "",
+    status: bool = False,
+    lang: str = "python",
+    outputs: Outputs | None = None,
+) -> str:
+    """Source of ``def fname(*params, out) -> bool``: writes the outputs to ``out``
+    and returns False when a guard recorded while tracing does not hold.
+    ``outputs`` puts them elsewhere (Python only; see :class:`Outputs`).
+
+    With ``status`` it returns 0 instead of True, and ``k`` (1-based) when
+    ``tape.guards[k - 1]`` fails. ``lang="c"`` prints the same code as a C99
+    function ``int fname(...)`` (always with status): array parameters are
+    ``const double*``, scalars ``double``, and ``out`` is ``double*``; each op
+    is printed from its ``c`` template.
+    """
+    c = lang == "c"
+    names = _final_names(tape)
+
+    def operand(i: int) -> str:
+        node = tape.nodes[i]
+        if node.op == CONST:
+            return literal(node.value, lang)
+        return names[i]
+
+    # which argument element each input slot reads
+    sources = []
+    for p in params:
+        if p.size is None:
+            sources.append(p.name)
+        else:
+            sources.extend(f"{p.name}[{k}]" for k in range(p.size))
+    input_src = dict(zip(tape.inputs, sources))
+
+    # each guard is checked as soon as its operands are computed
+    guard_at: dict[int, list] = {}
+    for k, g in enumerate(tape.guards):
+        computed = [s for s in (g.a, g.b) if tape.nodes[s].op != CONST]
+        guard_at.setdefault(max(computed, default=-1), []).append((k + 1, g))
+
+    declared: set[str] = set()
+
+    def assign(name: str, expr: str) -> str:
+        if not c:
+            return f"    {name} = {expr}"
+        decl = "" if name in declared else "double "
+        declared.add(name)
+        return f"    {decl}{name} = {expr};"
+
+    if c:
+        plist = [
+            f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
+        ]
+        lines = [f"int {fname}({', '.join([*plist, 'double* out'])}) {{"]
+        if doc:
+            lines.append(f"    {c_comment(doc)}")
+    else:
+        tail = list(outputs.arrays) if outputs else ["out"]
+        lines = [f"def {fname}({', '.join([p.name for p in params] + tail)}):"]
+        if doc:
+            lines.append(f'    """{doc}"""')
+        for p in params if outputs else ():
+            if p.size is not None:
+                lines.append(f"    if {p.name}.shape[0] != {p.size}:")
+                lines.append(f"        return {outputs.failure}")
+    failed = outputs.failure if outputs else None
+    # many guards: folded into one flag, tested once at the end (one ``if`` each
+    # would make as many blocks, and Numba's SSA pass recurses once per block)
+    checked = [g for j, gs in guard_at.items() if j >= 0 for g in gs]
+    many = not c and len(checked) > GUARD_IFS
+    flag = _fresh("st" if status else "ok", names, params) if many else ""
+    if flag and status:  # (the number of the first guard that fails, 0 if none)
+        lines.append(f"    {flag} = 0  # {len(checked)} guards: the first that fails, or 0")
+    elif flag:
+        lines.append(f"    {flag} = True  # {len(checked)} guards, checked together at the end")
+    block = -1
+    for j, node in enumerate(tape.nodes):
+        op = node.op
+        if op == CONST:
+            continue
+        if tape.blocks is not None and tape.blocks[j] != block and tape.blocks[j] >= 0:
+            block = tape.blocks[j]
+            text = tape.primal.statement(block) if tape.primal else ""
+            lines.append(f"    {c_comment(text)}" if c else f"    # {text}".rstrip())
+        if op == INPUT:
+            lines.append(assign(names[j], input_src[j]))
+        else:
+            if c and op.c is None:
+                raise NotImplementedError(
+                    f"op {op.name!r} has no C form: give it one (Op.c, a template such as "
+                    "'erf({0})')"
+                )
+            template = op.c if c else op.code
+            expr = template.format(*(operand(a) for a in node.args))
+            lines.append(assign(names[j], strip_parens(expr)))
+        for k, g in guard_at.get(j, ()):
+            cond = f"{operand(g.a)} {g.cmp} {operand(g.b)}"
+            test = f"not ({cond})" if g.expected else cond
+            note = f"guard: {cond} was {g.expected} at {g.where}"
+            if flag and status:  # no branch: st takes k if it is still 0 and g fails
+                lines.append(f"    {flag} += ({flag} == 0) * {k} * ({test})  # {note}")
+                continue
+            if flag:
+                holds = cond if g.expected else f"not ({cond})"
+                lines.append(f"    {flag} &= {holds}  # {note}")
+                continue
+            if c:
+                test = f"!({cond})" if g.expected else f"({cond})"
+                lines.append(f"    if ({test}) return {k};  {c_comment(note)}")
+                continue
+            lines.append(f"    if {test}:  # {note}")
+            lines.append(f"        return {failed or (k if status else False)}")
+    for _, g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
+        assert g.holds([n.value for n in tape.nodes])
+    if flag and status:
+        lines += [f"    if {flag}:", f"        return {flag}"]
+    elif flag:
+        lines += [f"    if not {flag}:", f"        return {failed or False}"]
+    for k, o in enumerate(tape.outputs):
+        target = outputs.targets[k] if outputs else f"out[{k}]"
+        if not target:  # an output the caller does not read
+            continue
+        lines.append(f"    {target} = {operand(o)}" + (";" if c else ""))
+    if c:
+        lines += ["    return 0;", "}"]
+    else:
+        lines.append(f"    return {outputs.success if outputs else 0 if status else True}")
+    return "\n".join(lines) + "\n"
+
+
+def _fresh(name: str, names: Sequence[str], params: Sequence[Param]) -> str:
+    """``name``, or ``name_``, ``name__``... if a slot or parameter is named so."""
+    taken = set(names) | {p.name for p in params}
+    while name in taken:
+        name += "_"
+    return name
+
+
+@dataclass(frozen=True)
+class CodeFacts:
+    """What compiled code is, in numbers kept when it is made (``api.summary`` words
+    them; ``entries.hot_ready`` reads ``statements``)."""
+
+    kind: str  # "straight-line", "folded" or "interpreter"
+    operations: int  # primitive operations of the tape it was made from (for code
+    # differentiated as loops: of the primal tape, before differentiating)
+    statements: int  # primitive statements the source prints (loop bodies once)
+    loops: int = 0  # repeated segments folded into for loops
+    slots: int = 0  # slots of the tape (what the interpreter runs)
+    generic: bool = False  # one program for every batch length (``adcompile.batch``)
+    how: str = ""  # how a derivative was made ("Jacobian by reverse-mode sweeps"), or ""
+
+
+def code_facts(compiled: Any) -> CodeFacts:
+    """The :class:`CodeFacts` of compiled code of any kind: those it keeps (code folded as
+    loops, batch-generic code, a derivative's code), else read off its tape and folded
+    code (``jit.Compiled``)."""
+    facts = getattr(compiled, "facts", None)
+    if facts is not None:
+        return facts
+    for inner in ("gen", "one"):  # batch code at one length; the code of one basis vector
+        if hasattr(compiled, inner):
+            return code_facts(getattr(compiled, inner))
+    folded = getattr(compiled, "folded", None)
+    if folded is not None and folded is not compiled:
+        return code_facts(folded)  # (loop code keeps its facts)
+    tape = compiled.tape
+    if compiled.kind == "straight-line":
+        return CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
+    return CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))
+
+
+def module_source(functions: Sequence[str]) -> str:
+    """A module holding generated functions; it imports only ``math``."""
+    return "# generated by adcompile\nimport math\n\n\n" + "\n\n".join(functions)
+
+
+# ------------------------------------------------------------ opcode programs
+
+LEAF_INPUT = -1
+LEAF_CONST = -2
+CMP_CODES = {"<": 0, "<=": 1, ">": 2, ">=": 3, "==": 4, "!=": 5}
+
+
+@dataclass
+class Program:
+    """A tape as arrays, for the compiled tape interpreter."""
+
+    opcodes: np.ndarray  # int64 per slot: an Op's opcode, LEAF_INPUT or LEAF_CONST
+    arg0: np.ndarray  # int64 first operand slot (0 if none)
+    arg1: np.ndarray  # int64 second operand slot (0 if none)
+    init: np.ndarray  # float64 per slot: constants' values
+    inputs: np.ndarray  # int64 input slots, in argument order
+    outputs: np.ndarray  # int64 output slots
+    guards: np.ndarray  # int64 (n_guards, 4): cmp code, a, b, expected
+
+
+def to_program(tape: Tape) -> Program:
+    """The tape as opcode arrays."""
+    n = len(tape.nodes)
+    opcodes = np.empty(n, np.int64)
+    arg0 = np.zeros(n, np.int64)
+    arg1 = np.zeros(n, np.int64)
+    init = np.zeros(n, np.float64)
+    for j, node in enumerate(tape.nodes):
+        if node.op == INPUT:
+            opcodes[j] = LEAF_INPUT
+        elif node.op == CONST:
+            opcodes[j] = LEAF_CONST
+            init[j] = node.value
+        else:
+            if node.op.arity > 2:
+                raise NotImplementedError(f"op {node.op.name!r} has more than 2 operands")
+            opcodes[j] = node.op.opcode
+            if node.args:
+                arg0[j] = node.args[0]
+            if len(node.args) > 1:
+                arg1[j] = node.args[1]
+    guards = np.array(
+        [[CMP_CODES[g.cmp], g.a, g.b, int(g.expected)] for g in tape.guards], np.int64
+    ).reshape(-1, 4)
+    return Program(
+        opcodes,
+        arg0,
+        arg1,
+        init,
+        np.array(tape.inputs, np.int64),
+        np.array(tape.outputs, np.int64),
+        guards,
+    )
+
+
+def interpreter_source(ops: Sequence[Op] | None = None) -> str:
+    """Source of ``run(opcodes, arg0, arg1, vals)``: one branch per op, from the table."""
+    ops = list(OPS.values()) if ops is None else list(ops)
+    lines = [
+        "def run(opcodes, arg0, arg1, vals):",
+        "    for i in range(opcodes.shape[0]):",
+        "        op = opcodes[i]",
+        "        if op < 0:",
+        "            continue",
+        "        a = vals[arg0[i]]",
+        "        b = vals[arg1[i]]",
+    ]
+    for k, op in enumerate(ops):
+        kw = "if" if k == 0 else "elif"
+        expr = op.code.format("a", "b")
+        lines.append(f"        {kw} op == {op.opcode}:  # {op.name}")
+        lines.append(f"            vals[i] = {strip_parens(expr)}")
+    lines.append("")
+    lines.append("")
+    lines.append("def check(guards, vals):")
+    lines.append("    for k in range(guards.shape[0]):")
+    lines.append("        c = guards[k, 0]")
+    lines.append("        a = vals[guards[k, 1]]")
+    lines.append("        b = vals[guards[k, 2]]")
+    conds = ["a < b", "a <= b", "a > b", "a >= b", "a == b", "a != b"]
+    for code, cond in enumerate(conds):
+        kw = "if" if code == 0 else "elif"
+        lines.append(f"        {kw} c == {code}:")
+        lines.append(f"            r = {cond}")
+    lines.append("        else:")
+    lines.append("            r = False")
+    lines.append("        if r != (guards[k, 3] == 1):")
+    lines.append("            return False")
+    lines.append("    return True")
+    return "\n".join(lines) + "\n"
+
+
+def digest(text: str) -> str:
+    """A short stable hash of generated source, used to name cache files."""
+    return hashlib.sha256(text.encode()).hexdigest()[:20]

@@ -1,0 +1,12 @@
+"""Stage 2, tracing: Python code in, a tape out.
+
+- ``value``: the micrograd-style ``Value`` that records ops onto a tape and runs
+  eager ``backward()``; ``tensor``: arrays of Values with NumPy's methods.
+- ``arguments``: flattening a function's arguments into the tape's inputs.
+- ``captures``, ``rebind``, ``watching``, ``randomness``: what a trace read from
+  outside its arguments, and how each call checks it is unchanged (or refuses it).
+- ``lengths``: branches on a batch length, recorded as guards on the length.
+- ``checking``: check mode (``ADCOMPILE_CHECK=1``).
+
+Reads only ``ir``.
+"""

@@ -1,0 +1,172 @@
+"""Arrays of Values: NumPy object arrays with the element-wise methods of a Value.
+
+``ad.tensor(x)`` turns numbers into an array of leaf Values. Everything NumPy
+does on object arrays then works (broadcasting, ``@``, ``sum``, ``mean``,
+ufuncs), and the result keeps the methods ``.tanh()``, ``.relu()`` ... of
+every op in the op table, including ops a user defines later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..ir import ops
+from .value import Value
+
+# Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
+# own operators (the same ops) without a detour through Python.
+_NUMPYS = frozenset(
+    {np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.power, np.negative}
+    | {np.matmul}
+)
+_ELEMENTWISE: dict[ops.Op, np.ufunc] = {}  # op -> an object ufunc applying it
+_ND = np.ndarray
+
+
+class ValueArray(np.ndarray):
+    """An object array of Values with a Value's element-wise methods."""
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        if method == "__call__" and not kwargs:
+            # A ufunc named after an op (np.maximum, np.exp ...) applies that op
+            # to each element: np.maximum(z, 0) records ``maximum``, a primitive
+            # with its own derivative, instead of comparing with ``>=`` and
+            # giving back either the Value or the 0, so every element has the
+            # same structure.
+            if ufunc not in _NUMPYS:
+                op = ops.ufunc_op(ufunc.__name__)
+                if op is not None and op.arity == ufunc.nin and ufunc.nout == 1:
+                    f = _ELEMENTWISE.get(op)
+                    if f is None:
+                        f = _ELEMENTWISE[op] = _elementwise(op)
+                    return _view(f(*inputs))
+            if len(inputs) == 2:  # the common case, kept short: + * @ cost little more
+                a, b = inputs
+                r = ufunc(
+                    a.view(_ND) if isinstance(a, ValueArray) else a,
+                    b.view(_ND) if isinstance(b, ValueArray) else b,
+                )
+            else:
+                r = ufunc(*[x.view(_ND) if isinstance(x, ValueArray) else x for x in inputs])
+        else:
+            # Everything else is NumPy's on plain object arrays, as without this hook.
+            args = [x.view(_ND) if isinstance(x, ValueArray) else x for x in inputs]
+            if "out" in kwargs:
+                out = kwargs["out"]
+                kwargs["out"] = tuple(x.view(_ND) if isinstance(x, ValueArray) else x for x in out)
+                getattr(ufunc, method)(*args, **kwargs)
+                return out[0] if len(out) == 1 else out
+            r = getattr(ufunc, method)(*args, **kwargs)
+        if type(r) is _ND:
+            return r.view(ValueArray) if r.ndim else r[()]
+        return tuple(map(_view, r)) if type(r) is tuple else r
+
+    def __getattr__(self, name: str) -> Any:
+        # Looked up in the op table on use, so user-defined ops are methods too.
+        op = ops.OPS.get(name)
+        if op is None or name.startswith("_"):
+            raise AttributeError(f"'ValueArray' object has no attribute {name!r}")
+        return lambda *args: _wrap(ops.apply(op, self, *args))
+
+    def __array_wrap__(self, arr: Any, context: Any = None, return_scalar: bool = False) -> Any:
+        # a full reduction (``.sum()``, ``.mean()``) gives the Value itself, as NumPy does
+        if arr.ndim == 0:
+            return arr[()]
+        return super().__array_wrap__(arr, context)  # (NumPy 1.x takes two arguments)
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(ops.OPS))
+
+    @property
+    def data(self) -> np.ndarray:  # type: ignore[override]
+        """The values as a float array of the same shape."""
+        return data(self)
+
+    @data.setter
+    def data(self, new: Any) -> None:
+        for v, x in zip(self.flat, np.broadcast_to(np.asarray(new, float), self.shape).flat):
+            v.data = float(x)
+
+    @property
+    def grad(self) -> np.ndarray:
+        """The gradients as a float array of the same shape."""
+        return grad_of(self)
+
+    @grad.setter
+    def grad(self, new: Any) -> None:
+        for v, x in zip(self.flat, np.broadcast_to(np.asarray(new, float), self.shape).flat):
+            v.grad = float(x)
+
+    def backward(self, gradient: float = 1.0) -> None:
+        """Backpropagate from a single-element array (as ``Value.backward``)."""
+        if self.size != 1:
+            raise ValueError(
+                f"backward() needs a scalar, but this array has shape {self.shape}; "
+                "reduce it first, e.g. arr.sum().backward() or loss_fn(arr, target).backward()"
+            )
+        v = self.reshape(-1)[0]
+        if not isinstance(v, Value):
+            raise TypeError(f"backward() needs a Value, this array holds {type(v).__name__!r}")
+        v.backward(gradient)
+
+
+def _elementwise(op: ops.Op) -> np.ufunc:
+    """An object ufunc applying ``op`` element by element (floats evaluate, Values record)."""
+    apply = ops.apply
+    return np.frompyfunc(lambda *xs: apply(op, *xs), op.arity, 1)
+
+
+def _view(x: Any) -> Any:
+    """A ufunc's result as NumPy's wrapping of a ValueArray gives it."""
+    if isinstance(x, np.ndarray):
+        return x[()] if x.ndim == 0 else x.view(ValueArray)
+    return x
+
+
+def _wrap(x: Any) -> Any:
+    """``x`` as a ValueArray when it is an array; anything else as it is."""
+    if isinstance(x, np.ndarray):
+        return x[()] if x.ndim == 0 else np.asarray(x, dtype=object).view(ValueArray)
+    return x
+
+
+def asarray(x: Any) -> ValueArray:
+    """``x`` (a list, an array, a Value or a number) as a ValueArray, Values kept as they are."""
+    if isinstance(x, ValueArray):
+        return x
+    return np.asarray(x, dtype=object).view(ValueArray)
+
+
+def tensor(x: Any, requires_grad: bool = True) -> ValueArray:
+    """An array of leaf Values with the values of ``x`` (Values in ``x`` are kept)."""
+    a = np.asarray(x, dtype=object)
+    flat = np.empty(a.size, dtype=object)
+    flat[:] = [
+        e if isinstance(e, Value) else Value(float(e), requires_grad=requires_grad)
+        for e in a.reshape(-1)
+    ]
+    return flat.reshape(a.shape).view(ValueArray)
+
+
+def _floats(x: Any, attr: str) -> Any:
+    a = np.asarray(x, dtype=object)
+    out = np.array(
+        [
+            getattr(e, attr) if isinstance(e, Value) else (float(e) if attr == "data" else 0.0)
+            for e in a.reshape(-1)
+        ],
+        dtype=float,
+    ).reshape(a.shape)
+    return out if isinstance(x, (np.ndarray, list, tuple)) else float(out)
+
+
+def data(arr: Any) -> np.ndarray:
+    """The ``.data`` of every Value in ``arr`` as a float array of the same shape."""
+    return _floats(arr, "data")
+
+
+def grad_of(arr: Any) -> np.ndarray:
+    """The ``.grad`` of every Value in ``arr`` as a float array (0 for plain numbers)."""
+    return _floats(arr, "grad")
