@@ -20,7 +20,7 @@ from test_fuzz import check_loop_pipeline
 from test_loopir import loops
 
 import adcompile as ad
-from adcompile.api import transform as api
+from adcompile import pipeline
 from adcompile.diff import interpret
 from adcompile.diff.reverse import grad_tape
 from adcompile.emit import loopgen
@@ -263,7 +263,7 @@ def test_value_and_grad_folds_before_differentiating_and_agrees_with_the_unrolle
     assert "differentiated as loops" in vg.explanation
     assert value == pytest.approx(rosen(x), rel=1e-13)
     np.testing.assert_allclose(g, rosen_grad(x), rtol=1e-12)
-    monkeypatch.setattr(api, "LOOP_IR", False)
+    monkeypatch.setattr(pipeline, "LOOP_IR", False)
     old = ad.value_and_grad(rosen)
     v2, g2 = old(x)
     assert "differentiated as loops" not in old.explanation
@@ -676,7 +676,7 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
     def broken(*args, **kwargs):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(ad.api.transform, "loop_source", broken)
+    monkeypatch.setattr(pipeline, "loop_source", broken)
     # (folded code of the same tape kept on disk by an earlier run is not read)
     jit = importlib.import_module("adcompile.backend.jit")
     monkeypatch.setattr(jit, "read_record", lambda d: None)

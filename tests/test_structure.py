@@ -33,7 +33,7 @@ from adcompile.ir.passes import simplify, zero_flow
 PACKAGE = Path(ad.__file__).parent
 
 #: The pipeline's stages, in order: a stage imports only the stages before it.
-STAGES = ("ir", "trace", "diff", "loops", "emit", "backend", "api")
+STAGES = ("ir", "trace", "diff", "loops", "emit", "backend", "pipeline", "api")
 
 
 def _name(path: Path) -> str:
@@ -162,7 +162,7 @@ def test_no_import_cycle_among_the_modules():
 
 def test_imports_flow_one_way_along_the_stages():
     """A stage imports only itself and the stages before it (ir -> trace -> diff ->
-    loops -> emit -> backend -> api); the layers above (symbolic, nn, cli,
+    loops -> emit -> backend -> pipeline -> api); the layers above (symbolic, nn, cli,
     distributed ...) may import any stage, and no stage imports them, except the
     SymPy bridge, which reads only the ir."""
     backwards = []

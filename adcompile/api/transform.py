@@ -25,11 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from .. import pipeline
 from ..backend import batch, entries
 from ..diff.interpret import first_nonfinite
 from ..diff.reverse import grad_tape
 from ..emit.codegen import CodeFacts, code_facts
-from ..emit.fold import batch_source, loop_source
+from ..emit.fold import batch_source
 from ..ir.ops import OPS
 from ..ir.outputs import OutLayout, assemble, flatten_output
 from ..ir.tape import COMPARE, CONST, Param, Tape, forward_sweep
@@ -54,10 +55,6 @@ from ..trace.value import (
 
 #: How many specialisations (branch paths) one function keeps per argument shape.
 MAX_SPECIALISATIONS = 16
-#: Fold a large tape into loops before differentiating it, and differentiate the
-#: loops as loops (``adcompile.loopgen``); off, or where that does not fold, the
-#: unrolled tape is differentiated and folded afterwards, as value code (``jit.Compiled``).
-LOOP_IR = os.environ.get("ADCOMPILE_LOOP_IR", "1") != "0"
 #: The ops adcompile defines (by identity): code of tapes of these only is kept on
 #: disk for other processes (an op a user defines may differ there).
 _BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
@@ -1075,7 +1072,7 @@ class Transformed:
         arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
         fname, what = self._fname_doc()
         self.traces += 1
-        if not LOOP_IR:
+        if not pipeline.LOOP_IR:
             return None
         return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what, n)
 
@@ -1290,7 +1287,7 @@ class Transformed:
 
             if record.get("kind") != "loops":
                 raise ValueError(record.get("kind"))
-            unrolled = self._unrolled(tape, positions)
+            unrolled = pipeline.unrolled(tape, wrt, positions)
             compiled = LoopCompiled.restored(record, params, fname, unrolled)
             self._stages.update(compiled.timings)
             return compiled
@@ -1326,7 +1323,7 @@ class Transformed:
         )
 
         clock = time.perf_counter()
-        settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, LOOP_IR, code_version())
+        settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
         digest, ops = tape.digest(repr((context, settings)))
         on_disk = restore is not None and all(id(op) in _BUILTIN_OPS for op in ops)
 
@@ -1353,40 +1350,19 @@ class Transformed:
         return compiled
 
     def _build(self, tape: Tape, key: tuple, params: list[Param], positions: list[int]) -> Any:
-        """Compiled code of ``tape``: folded into loops, or straight-line (or the
-        interpreter, for what neither fits)."""
+        """Compiled code of ``tape``, through the pipeline (``adcompile.pipeline``)."""
         fname, doc = self._fname_doc()
-        from ..backend.jit import (
-            Compiled,  # Numba is imported on first compile, not with adcompile
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        return pipeline.compile(
+            tape,
+            params,
+            fname,
+            doc,
+            wrt,
+            positions,
+            self._stages,
+            lambda e: _loop_ir_failed(self._name, e),
         )
-
-        report: dict = {}
-        compiled = self._compile_loops(tape, params, key, positions, fname, doc, report)
-        if compiled is not None:
-            self._stages.update(compiled.timings)
-        else:
-            clock = time.perf_counter()
-            code_tape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
-            if self.mode != "jit":
-                self._stages["reverse"] = time.perf_counter() - clock
-            # many short loops that are not one loop (a NumPy matmul's rows): folding
-            # the adjoint would not fit either, and searching it costs more than the
-            # interpreter's first call
-            from ..backend.jit import STRAIGHT_LINE_LIMIT
-
-            flat = report.get("flat", 0)
-            force, why = None, None
-            if flat > 2 * STRAIGHT_LINE_LIMIT:
-                force = "interpreter"
-                why = (
-                    f"its loops folded leave {flat} statements outside long loop bodies "
-                    f"(loops that are not one loop: a NumPy matmul's rows), over "
-                    f"{2 * STRAIGHT_LINE_LIMIT}"
-                )
-            clock = time.perf_counter()
-            compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
-            self._stages["generate and compile"] = time.perf_counter() - clock
-        return compiled
 
     def _keep(self, key: tuple, spec: Specialisation) -> Specialisation:
         """Keep ``spec`` first among the specialisations of ``key``."""
@@ -1409,39 +1385,6 @@ class Transformed:
                 RetraceWarning,
                 stacklevel=_user_stacklevel(),
             )
-
-    def _compile_loops(
-        self,
-        tape: Tape,
-        params: list[Param],
-        key: tuple,
-        positions: list[int],
-        fname: str,
-        doc: str,
-        report: dict | None = None,
-    ) -> Any:
-        """A large tape folded into loops before it is differentiated, the loops
-        differentiated as loops (``adcompile.loopgen``); None when it does not fold
-        (``report`` then says how far it got, see ``loop_source``)."""
-        from ..backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, LoopCompiled
-
-        if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
-            return None
-        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
-        try:
-            loops = loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT, report)
-        except Exception as e:
-            _loop_ir_failed(self._name, e)
-            return None
-        if loops is None:
-            return None
-        return LoopCompiled(loops, params, fname, self._unrolled(tape, positions))
-
-    def _unrolled(self, tape: Tape, positions: list[int]) -> Callable[[], Tape]:
-        """What makes the unrolled tape of the code's outputs, when asked for."""
-        if self.mode == "jit":
-            return lambda: tape
-        return lambda: grad_tape(tape, wrt=positions)
 
     def _call_traced(self, args: Sequence[Any]) -> Any:
         """Called on Values (under an outer transform, or eagerly): replay the tape
