@@ -508,10 +508,11 @@ def test_folding_time_is_about_linear():
         assert len(segs) == 2
         return min(times)
 
+    # 10x the tape in under 30x the time: linear, not quadratic (100x). A ratio of
+    # two times taken side by side, not a bound in seconds (the machine is shared).
     small, big = synthetic_chain(10_000), synthetic_chain(100_000)
     t_small, t_big = best(small), best(big)
     assert t_big < 30 * t_small, (t_small, t_big)
-    assert t_big < 5.0
 
 
 def test_random_tape_that_does_not_fold_is_cheap_to_scan():
