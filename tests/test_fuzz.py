@@ -29,6 +29,7 @@ from adcompile.emit.codegen import module_source
 from adcompile.emit.fold import fold_program
 from adcompile.ir.passes import hoist_constants
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
 from adcompile.loops import grad as loopgrad
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import find_segments
@@ -153,7 +154,7 @@ def check_program(src: str, x: float, y: float, a: np.ndarray, with_sympy: bool)
     # the loop IR of the same folding, run by its interpreter: the unrolled tape's
     # numbers exactly, primal and adjoint
     for t in (tape, gtape):
-        program = loopir.build(t, find_segments(t, params, min_reps=2, min_saved=1), params)
+        program = loopbuild.build(t, find_segments(t, params, min_reps=2, min_saved=1), params)
         ok, got = program.run([x, y, a])
         assert ok and got == interpret.evaluate(t, point)
     # the primal tape folded first and its loops differentiated as loops
@@ -189,7 +190,7 @@ def check_loop_pipeline(tape, params, args, expected, wrt=None) -> None:
     compare the interpreter and the generated code with ``expected``."""
     hoisted = hoist_constants(tape)
     segments = find_segments(hoisted, params, min_reps=2, min_saved=1)
-    program = loopir.build(hoisted, segments, params)
+    program = loopbuild.build(hoisted, segments, params)
     gp = loopgrad.grad(program, wrt)
     ok, got = gp.run(args)
     assert ok
@@ -199,7 +200,7 @@ def check_loop_pipeline(tape, params, args, expected, wrt=None) -> None:
         if nested:
             for it in program.items:
                 if isinstance(it, loopir.Loop):
-                    it.inner = loopir.nest(it, params, min_ops=4)
+                    it.inner = loopbuild.nest(it, params, min_ops=4)
             gp = loopgrad.grad(program, wrt)
         code = loopgen.generate(gp, params, "f_vg")
         ns: dict = {}

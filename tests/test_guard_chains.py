@@ -25,6 +25,7 @@ from adcompile.emit.codegen import module_source, straight_line
 from adcompile.emit.fold import loop_source
 from adcompile.ir.passes import hoist_constants
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import find_segments
 
@@ -232,7 +233,7 @@ def test_the_loop_ir_folds_a_guard_chain_into_one_guard_loop() -> None:
     x0 = _positive(n, 8)
     tape = hoist_constants(ad.trace(chain_max, x0))
     params = [Param("x", n)]
-    program = loopir.build(tape, find_segments(tape, params), params)
+    program = loopbuild.build(tape, find_segments(tape, params), params)
     assert program.guards == []
     (gl,) = program.guard_loops
     assert (gl.cmp, gl.trips, gl.expected) == ("<", n - 1, False)
@@ -264,7 +265,7 @@ def test_fold_guards_takes_interleaved_kinds_as_separate_loops() -> None:
     checks[("<", loopir.Arg(1, A(3)), L(0.0), True)] = "f.py:3"
     for i in (0, 1, 5):  # uneven: a run of 2, then one
         checks[("<=", loopir.Arg(0, A(i)), loopir.Arg(0, A(2 * i + 1)), True)] = "f.py:4"
-    singles, where, loops = loopir.fold_guards(checks)
+    singles, where, loops = loopbuild.fold_guards(checks)
     assert [(gl.cmp, gl.a, gl.b, gl.trips, gl.where) for gl in loops] == [
         ("<", loopir.Arg(0, A(0, 1)), L(0.0), 10, "f.py:1"),
         (">", loopir.Arg(0, A(1, 1)), L(1.0), 10, "f.py:2"),

@@ -45,6 +45,7 @@ from adcompile.emit.codegen import module_source
 from adcompile.emit.fold import loop_source
 from adcompile.ir.passes import hoist_constants
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
 from adcompile.loops import grad as loopgrad
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import find_segments
@@ -477,7 +478,7 @@ def check_eager_folding(tape, x: np.ndarray, y: float) -> None:
     expected = [val, *grads]
     primal = interpret.evaluate(tape, point)
     segments = find_segments(tape, params, min_reps=2, min_saved=1)
-    program = loopir.build(tape, segments, params)
+    program = loopbuild.build(tape, segments, params)
     ok, got = program.run([x, y])
     assert ok
     _close(got, primal, 1e-12, 1e-13, "loop IR interpreter")
@@ -486,7 +487,7 @@ def check_eager_folding(tape, x: np.ndarray, y: float) -> None:
         if nested:
             for it in program.items:
                 if isinstance(it, loopir.Loop):
-                    it.inner = loopir.nest(it, params, min_ops=4)
+                    it.inner = loopbuild.nest(it, params, min_ops=4)
         gp = loopgrad.grad(program)
         ok, got = gp.run(args)
         assert ok

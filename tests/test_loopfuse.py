@@ -17,6 +17,7 @@ from adcompile.diff import interpret
 from adcompile.diff.reverse import grad_tape
 from adcompile.emit.fold import loop_source
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
 from adcompile.loops import ir as loopir
 from adcompile.loops.fuse import fuse
 from adcompile.loops.segments import find_segments
@@ -36,7 +37,7 @@ def rosen_grad(x):
 def programs(tape, params, **kw):
     """The program of ``tape`` unfused and fused."""
     segments = find_segments(tape, params, **kw)
-    return loopir.build(tape, segments, params), fuse(loopir.build(tape, segments, params))
+    return loopbuild.build(tape, segments, params), fuse(loopbuild.build(tape, segments, params))
 
 
 def n_loops(program) -> int:
@@ -56,7 +57,7 @@ def test_numpy_rosenbrock_fuses_its_elementwise_loops_and_runs_exactly():
     plain, fused = programs(tape, params)
     assert n_loops(plain) - n_loops(fused) == 6
     np.testing.assert_allclose(
-        fuse(loopir.build(*_fold(grad_tape(tape), params))).run([x])[1][1:],
+        fuse(loopbuild.build(*_fold(grad_tape(tape), params))).run([x])[1][1:],
         rosen_grad(x),
         rtol=1e-12,
     )

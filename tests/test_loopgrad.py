@@ -27,6 +27,8 @@ from adcompile.emit import loopgen
 from adcompile.emit.codegen import module_source
 from adcompile.ir.passes import hoist_constants
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
+from adcompile.loops import generic as loopgeneric
 from adcompile.loops import grad as loopgrad
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import find_segments
@@ -55,7 +57,7 @@ def chain(x):
 
 def program_of(f, params, *args, **kw):
     tape = hoist_constants(ad.trace(f, *args))
-    return tape, loopir.build(tape, find_segments(tape, params, **kw), params, "f")
+    return tape, loopbuild.build(tape, find_segments(tape, params, **kw), params, "f")
 
 
 def run_generated(gp, params, args):
@@ -198,7 +200,7 @@ def test_mlp_loops_and_straight_line_blocks_reverse_together():
     tape = hoist_constants(ad.api.transform.trace_call(loss, [], leaves))
     theta = np.array([p.data for p in leaves])
     params = [Param("params", len(leaves))]
-    program = loopir.build(tape, find_segments(tape, params), params)
+    program = loopbuild.build(tape, find_segments(tape, params), params)
     assert any(isinstance(it, loopir.Loop) for it in program.items)
     gp = loopgrad.grad(program)
     ok, got = gp.run([theta])
@@ -431,7 +433,7 @@ def programs_at(f, ks, rows):
     for k in ks:
         params = [Param("w", 3), Param("X", 2 * k), Param("y", k)]
         tape = hoist_constants(ad.trace(f, w, X[:k], y[:k]))
-        out.append(loopir.build(tape, find_segments(tape, params, min_saved=2), params, "f"))
+        out.append(loopbuild.build(tape, find_segments(tape, params, min_saved=2), params, "f"))
     return out
 
 
@@ -439,7 +441,7 @@ def test_programs_at_three_lengths_become_one_in_n_that_runs_at_a_fourth():
     rng = np.random.default_rng(2)
     w, X, y = rng.normal(size=3), rng.normal(size=(40, 2)), np.sign(rng.normal(size=40))
     ks = (8, 9, 11)
-    generic = loopir.generalise(programs_at(loss_over_rows, ks, (w, X, y)), ks)
+    generic = loopgeneric.generalise(programs_at(loss_over_rows, ks, (w, X, y)), ks)
     assert generic is not None
     (loop,) = [it for it in generic.items if isinstance(it, loopir.Loop)]
     assert isinstance(loop.trips, loopir.Lin)  # n - something
@@ -479,8 +481,8 @@ def test_programs_that_differ_by_more_than_numbers_are_not_one():
 
     rng = np.random.default_rng(3)
     rows = rng.normal(size=3), rng.normal(size=(40, 2)), np.sign(rng.normal(size=40))
-    assert loopir.generalise(programs_at(first8, (8, 9, 11), rows), (8, 9, 11)) is None
-    assert loopir.generalise(programs_at(loss_over_rows, (8, 9, 11), rows), (8, 9, 11))
+    assert loopgeneric.generalise(programs_at(first8, (8, 9, 11), rows), (8, 9, 11)) is None
+    assert loopgeneric.generalise(programs_at(loss_over_rows, (8, 9, 11), rows), (8, 9, 11))
 
 
 @settings(
@@ -499,8 +501,8 @@ def test_random_loops_generic_in_n_agree_with_the_unrolled_tape_at_other_lengths
         params = [Param("x", k), Param("c", None)]
         tape = hoist_constants(ad.trace(f, x[:k], c))
         segments = find_segments(tape, params, min_reps=2, min_saved=1)
-        programs.append(loopir.build(tape, segments, params, "f"))
-    generic = loopir.generalise(programs, ks)
+        programs.append(loopbuild.build(tape, segments, params, "f"))
+    generic = loopgeneric.generalise(programs, ks)
     if generic is None:  # another structure at another length: the caller traces as it is
         return
     gp = loopgrad.grad(generic, [1])  # by c: x is the batch, as the API differentiates
@@ -533,10 +535,10 @@ def nested_pipeline(f, params, args, wrt=None, min_ops=8):
     """Fold f's primal, fold each loop body in turn, differentiate, print and run
     the code as plain Python: (outputs, the unrolled adjoint tape's, program)."""
     tape = hoist_constants(ad.trace(f, *args))
-    program = loopir.build(tape, find_segments(tape, params), params, "f")
+    program = loopbuild.build(tape, find_segments(tape, params), params, "f")
     for it in program.items:
         if isinstance(it, loopir.Loop):
-            it.inner = loopir.nest(it, params, min_ops=min_ops)
+            it.inner = loopbuild.nest(it, params, min_ops=min_ops)
     gp = loopgrad.grad(program, wrt)
     ok, out, code = run_generated(gp, params, args)
     assert ok
@@ -640,9 +642,9 @@ def test_jit_of_nested_loops_prints_the_value_alone():
     x = np.sin(np.arange(1.0, 8 * 40 + 1))
     tape = hoist_constants(ad.trace(f, x))
     params = [Param("x", len(x))]
-    program = loopir.build(tape, find_segments(tape, params), params, "f")
+    program = loopbuild.build(tape, find_segments(tape, params), params, "f")
     (loop,) = [it for it in program.items if isinstance(it, loopir.Loop)]
-    loop.inner = loopir.nest(loop, params, min_ops=8)
+    loop.inner = loopbuild.nest(loop, params, min_ops=8)
     assert loop.inner is not None
     code = loopgen.generate(program, params, "f_value")
     ns: dict = {}

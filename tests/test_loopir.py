@@ -17,6 +17,7 @@ import adcompile as ad
 from adcompile.diff import interpret
 from adcompile.diff.reverse import grad_tape
 from adcompile.ir.tape import Param
+from adcompile.loops import build as loopbuild
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import Segment, find_segments
 
@@ -29,7 +30,7 @@ def rosen(x):
 
 
 def fold(tape, params, **kw):
-    return loopir.build(tape, find_segments(tape, params, **kw), params, "f")
+    return loopbuild.build(tape, find_segments(tape, params, **kw), params, "f")
 
 
 def test_rosenbrock_and_its_adjoint_fold_to_loops_that_run_exactly():
@@ -146,9 +147,9 @@ def test_segments_that_do_not_fit_are_refused():
     params = [Param("x", 20)]
     seg = find_segments(tape, params)[0]
     with pytest.raises(ValueError, match="overlaps another or does not fit"):
-        loopir.build(tape, [seg, Segment(seg.start + 1, seg.size, 2)], params)
+        loopbuild.build(tape, [seg, Segment(seg.start + 1, seg.size, 2)], params)
     with pytest.raises(ValueError, match="parameters hold 3 values"):
-        loopir.build(tape, [seg], [Param("x", 3)])
+        loopbuild.build(tape, [seg], [Param("x", 3)])
 
 
 UNARY = ["sin", "tanh", "exp", "sigmoid", "cos"]

@@ -250,7 +250,7 @@ def with_status(source: str) -> tuple[str, list[str]]:
         g, c = _GUARD.match(line), _CALL.match(line)
         loop = _FOR.match(out[-1]) if g and out else None
         if g and nxt == "return False" and loop and re.search(rf"\b{loop[2]}\b", g[3]):
-            # a loop of guards (loopir.GuardLoop): one number, and one message, per element
+            # a loop of guards (loops.ir.GuardLoop): one number, and one message, per element
             var, first = loop[2], len(messages) + 1
             for r in range(int(loop[3])):
                 messages.append(_message(_at(g[3], var, r), (g[4] == "True", g[5] or "")))

@@ -5,7 +5,7 @@ tape, and the code generated from it, depend on n. When the arguments that
 are not differentiated share a leading length n (the examples: ``X`` of
 shape (n, 2) and ``y`` of shape (n,)), the function is traced at a few
 small lengths instead, on the first rows of the data, and the folded
-programs are made one program in n (``loopir.generalise``, driven by
+programs are made one program in n (``loops.generic.generalise``, driven by
 ``loops.batch_source``): loop counts and offsets affine in n, a mean's
 ``1 / n``. That program, with ``n`` its first argument, is compiled once
 and serves every batch length, the last short batch included.

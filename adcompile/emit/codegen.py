@@ -40,7 +40,7 @@ class Outputs:
 
 
 #: Generated code checks at most this many guards with one ``if`` each; more are
-#: folded into loops (``loopir.GuardLoop``) or into one flag tested once.
+#: folded into loops (``loops.ir.GuardLoop``) or into one flag tested once.
 GUARD_IFS = 32
 
 
@@ -88,10 +88,10 @@ def py_ident(name: str) -> str:
 def literal(value: float, lang: str = "python") -> str:
     """A float as a literal of generated code (``math.inf`` / C's ``INFINITY``;
     a negative number parenthesised in C, where ``--1.0`` would not parse). A
-    float subclass with its own text (``loopir.NFloat``, a number in the batch
+    float subclass with its own text (``loops.ir.NFloat``, a number in the batch
     length ``n``) is printed as that text."""
     expr = getattr(value, "expr", None)
-    if expr is not None:  # (loopir.NFloat)
+    if expr is not None:  # (loops.ir.NFloat)
         return expr
     if value != value:
         return "math.nan" if lang == "python" else "NAN"

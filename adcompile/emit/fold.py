@@ -2,7 +2,7 @@
 turn, differentiate the program as loops and print it.
 
 ``loop_source`` does it for one tape; ``batch_source`` traces at three batch
-lengths and makes one program in n (``loopir.generalise``). Both return the
+lengths and makes one program in n (``loops.generic.generalise``). Both return the
 module source and what the caller needs to compile it (``jit.LoopCompiled``,
 ``batch.BatchCompiled``), or None where the loop IR does not take the tape.
 A tape it does not differentiate as loops is differentiated unrolled and its
@@ -18,9 +18,11 @@ from dataclasses import dataclass
 
 from ..ir.passes import hoist_constants
 from ..ir.tape import Param, Tape
+from ..loops.build import build, nest
 from ..loops.fuse import fuse
+from ..loops.generic import generalise
 from ..loops.grad import GradProgram, grad
-from ..loops.ir import Block, Lin, Loop, NotAffine, Program, build, generalise, nest
+from ..loops.ir import Block, Lin, Loop, NotAffine, Program
 from ..loops.segments import Segment, find_segments
 from .codegen import CodeFacts, module_source
 from .loopgen import Generated, generate
@@ -147,7 +149,7 @@ def loop_source(
 
 def _guard_note(program: Program) -> str:
     """`` 499 guards are checked in 1 loop.`` where guards outside loops fold into
-    loops of their own (``loopir.GuardLoop``), or ""."""
+    loops of their own (``loops.ir.GuardLoop``), or ""."""
     gls = program.guard_loops
     if not gls:
         return ""
@@ -170,7 +172,7 @@ def batch_source(
 ) -> tuple[LoopSource, tuple[int, ...]] | None:
     """Batch-generic code from the loop IR: ``trace_at(k)`` traces the primal at
     batch length k; the folded programs at three lengths are made one program
-    in ``n`` (``loopir.generalise``), differentiated as loops and printed as
+    in ``n`` (``loops.generic.generalise``), differentiated as loops and printed as
     ``fname(n, *params, v, c, out)``. Returns it and the lengths traced, or
     None when they are not one program.
     """

@@ -1,8 +1,8 @@
 """Python source from the loop IR: each loop body printed once, its adjoint once.
 
 ``generate(program_or_grad, params, fname)`` prints a
-:class:`~adcompile.loopir.Program` (the value only) or a
-:class:`~adcompile.loopgrad.GradProgram` (value and gradient) as one
+:class:`~adcompile.loops.ir.Program` (the value only) or a
+:class:`~adcompile.loops.grad.GradProgram` (value and gradient) as one
 function ``fname(*params, v, c, out) -> bool`` for Numba. ``v`` is a work
 array of ``Generated.work_size`` floats, ``c`` the per-repetition constants
 (``Generated.columns``); the outputs go to ``out``, and the result is
@@ -282,7 +282,7 @@ class _Gen(Layout):
 
     def _program_guards(self) -> None:
         """The guards outside loops, checked after the forward sweep: a run of them
-        as a loop (``loopir.GuardLoop``); more than ``GUARD_IFS`` single ones as
+        as a loop (``loops.ir.GuardLoop``); more than ``GUARD_IFS`` single ones as
         one flag, ``ok &= ...``, tested once (a chain of ``if``s, one block each,
         makes Numba's SSA pass recurse once per block, and fail at a few hundred)."""
         where = self.program.guard_where
@@ -808,7 +808,7 @@ class _Gen(Layout):
 class _Nest:
     """A loop body folded in turn (``Loop.inner``), printed inside its loop by a
     generator of its own: its virtual parameters read, and send cotangents to,
-    what the outer body's reads do (see ``loopir.Nested``)."""
+    what the outer body's reads do (see ``loops.ir.Nested``)."""
 
     def __init__(
         self,

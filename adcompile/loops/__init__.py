@@ -1,7 +1,9 @@
 """Stage 4, loops: a long tape's repeated structure becomes a loop program.
 
 - ``segments``: find runs of repeated tape structure.
-- ``ir``: the loop IR (blocks, loops with affine reads) built from those runs.
+- ``ir``: the loop IR as data (blocks, loops with affine reads, programs).
+- ``build``: a program built from a tape and its runs; long bodies nested.
+- ``generic``: one program for every batch length.
 - ``fuse``: fuse adjacent loops of one trip count.
 - ``grad``: reverse mode on the loop IR (adjoint loops).
 - ``layout``: where each loop's values are stored for the adjoint.

@@ -1,6 +1,6 @@
 """Reverse mode on the loop IR: a loop's adjoint is a loop, built once from its body.
 
-``grad(program, wrt)`` takes a folded primal :class:`~adcompile.loopir.Program`
+``grad(program, wrt)`` takes a folded primal :class:`~adcompile.loops.ir.Program`
 and returns a :class:`GradProgram`: the forward program as it is, and for each
 item that the output depends on, the *vector-Jacobian product* of its body,
 a small tape built once by ``reverse.grad_tape`` on that body (n

@@ -10,7 +10,7 @@ previous repetition's accumulator), or advancing by a fixed stride
 Detection is greedy, left to right, in time roughly linear in the tape:
 hashes of op-code windows at a few widths propose periods, and a vectorised
 check over whole repetitions confirms them. A repetition that breaks any
-progression ends the segment. ``adcompile.loopir`` makes each segment a
+progression ends the segment. ``adcompile.loops.ir`` makes each segment a
 ``for`` loop whose body is written once.
 """
 
