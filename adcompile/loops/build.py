@@ -210,17 +210,7 @@ def build(
     outer_guards: list[Guard] = []
 
     items: list[Item] = []
-    spans: list[tuple[int, int, Segment | None]] = []
-    pos = 0
-    for s in sorted(segments, key=lambda s: s.start):
-        if s.start < pos or s.stop > n or s.reps < 1 or s.size < 1:
-            raise ValueError(f"segment {s} overlaps another or does not fit the tape")
-        if pos < s.start:
-            spans.append((pos, s.start, None))
-        spans.append((s.start, s.stop, s))
-        pos = s.stop
-    if pos < n:
-        spans.append((pos, n, None))
+    spans = _spans(segments, n)
     in_loop = np.zeros(n, bool)
     for lo, hi, s in spans:
         if s is not None:
@@ -246,10 +236,9 @@ def build(
         if s is None:
             block = Block([], [])
             for j in range(lo, hi):
-                nd = nodes[j]
-                if isinstance(nd.op, str):
+                if isinstance(nodes[j].op, str):
                     continue
-                block.nodes.append((nd.op, tuple(ref(a) for a in nd.args)))
+                block.nodes.append((nodes[j].op, tuple(ref(a) for a in nodes[j].args)))
                 item_of[j], index_of[j] = k, len(block.slots)
                 block.slots.append(j)
             if block.nodes:
@@ -267,6 +256,23 @@ def build(
     guards, where, guard_loops = fold_guards(checks)
     outputs = [ref(o) for o in tape.outputs]
     return Program(params, items, outputs, guards, name, where, guard_loops)
+
+
+def _spans(segments: Sequence[Segment], n: int) -> list[tuple[int, int, Segment | None]]:
+    """The tape's ``n`` slots cut into spans, in order: each segment's, and the
+    straight-line ones between them (``None``); ValueError when segments overlap."""
+    spans: list[tuple[int, int, Segment | None]] = []
+    pos = 0
+    for s in sorted(segments, key=lambda s: s.start):
+        if s.start < pos or s.stop > n or s.reps < 1 or s.size < 1:
+            raise ValueError(f"segment {s} overlaps another or does not fit the tape")
+        if pos < s.start:
+            spans.append((pos, s.start, None))
+        spans.append((s.start, s.stop, s))
+        pos = s.stop
+    if pos < n:
+        spans.append((pos, n, None))
+    return spans
 
 
 def _loop(tape: Tape, s: Segment, ref, is_const: np.ndarray, guards_at: dict) -> Loop:

@@ -64,29 +64,53 @@ class Layout:
         return base
 
     def _layout(self) -> None:
-        program, us = self.program, self.units
+        """Where every stored value and adjoint lives, in phases: what is read,
+        what must be stored, how repetitions are packed, then the bases."""
+        us = self.units
         adjoints = self.grad.adjoints if self.grad else [None] * len(us)
-        n_items = len(us)
-        stored: list[set[int]] = [set() for _ in range(n_items)]
-        strided = [False] * n_items  # read at an index that advances
-        incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
-        last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
         self.fwd_out = self._forward_outputs()
         # the outputs those loops write
         self.fwd_done = {
             k for k0, dk, m in self.fwd_out.values() for k in range(k0, k0 + dk * m, dk)
         }
+        reads, checked = self._reads()
+        stored, strided, incoming, last = self._stored(reads, checked, adjoints)
+        self.stored = stored
+        self._ranks(reads, checked, incoming, adjoints)
+        self._bases(strided, incoming, last, adjoints)
+        # columns of per-repetition constants
+        self.cbase: dict[tuple[int, int], int] = {}
+        for u in us:
+            for k, r in enumerate(u.reads):
+                if type(r) is Column:
+                    self.cbase[u.item, k] = len(self.columns)
+                    self.columns.extend(r.values)
+
+    def _reads(self) -> tuple[list[Read], list[Read]]:
+        """What the outputs and the loops' bodies read, and what the guards outside
+        loops read (stored too: they have no adjoints)."""
+        program = self.program
         outs = (
             [k for k in range(len(program.outputs)) if k not in self.fwd_done]
             if self.ctx is None
             else self.ctx.needed
         )
         reads: list[Read] = [program.outputs[q] for q in outs]
-        for u in us:
+        for u in self.units:
             reads += [r.init if type(r) is Prev else r for r in u.reads]
-        # what the guards outside loops read is stored too (they have no adjoints)
         checked = [r for g in program.guards for r in g[1:3]]
         checked += [r for gl in program.guard_loops for r in (gl.a, gl.b)]
+        return reads, checked
+
+    def _stored(self, reads: list[Read], checked: list[Read], adjoints: list) -> tuple:
+        """Per item: the positions stored for later reads, whether it is read at an
+        advancing index, the reads the adjoints come in by, and the positions read
+        at the last repetition."""
+        program, n_items = self.program, len(self.units)
+        stored: list[set[int]] = [set() for _ in range(n_items)]
+        strided = [False] * n_items  # read at an index that advances
+        incoming: list[list[At]] = [[] for _ in range(n_items)]  # adjoint reads
+        last: list[set[int]] = [set() for _ in range(n_items)]  # read at the last repetition
         for r in reads + checked:
             if type(r) is not At:
                 continue
@@ -106,22 +130,30 @@ class Layout:
             for r in seeded + reads:
                 if type(r) is At:
                     incoming[r.item].append(r)
-        for u, adj in zip(us, adjoints):
+        for u, adj in zip(self.units, adjoints):
             if adj is None or not u.loop or program.items[u.item].inner is not None:
                 continue  # (a body folded in turn stores its values itself)
             pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
             for j in adj.uses:
                 if j in pos_of:
                     stored[u.item].add(pos_of[j])
-        self.stored = stored
-        self.prev_stored: list[dict[int, int]] = [{} for _ in range(n_items)]
+        return stored, strided, incoming, last
+
+    def _ranks(
+        self, reads: list[Read], checked: list[Read], incoming: list[list[At]], adjoints: list
+    ) -> None:
+        """How each item's stored values (``rank``, ``width``) and adjoints
+        (``arank``, ``awidth``) are packed per repetition, and where the values its
+        prev reads read are stored (``prev_stored``)."""
+        program, stored = self.program, self.stored
+        self.prev_stored: list[dict[int, int]] = [{} for _ in self.units]
         # a loop read only at whole repetitions keeps its stored values packed:
         # value p of repetition i at base + rank[p] + width * i
         self.rank: list[dict[int, int]] = []
         self.width: list[int] = []
         self.arank: list[dict[int, int]] = []  # the same for adjoints
         self.awidth: list[int] = []
-        for u in us:
+        for u in self.units:
             aligned = all(
                 r.index.c1 % u.size == 0
                 for r in reads + checked
@@ -156,21 +188,34 @@ class Layout:
                 rank = {p: p for p in range(u.size)}
             self.rank.append(rank)
             self.width.append(len(rank))
-        # blocks whose values another item's reverse reads: inside a body folded in
-        # turn they must be stored per repetition of the outer loop (a local would
-        # hold the last repetition's value when the reverse runs)
-        read_back = [False] * n_items
-        for u, adj in zip(us, adjoints):
+
+    def _read_back(self, adjoints: list) -> list[bool]:
+        """Per item: whether another item's reverse reads its values. Inside a body
+        folded in turn such blocks are stored per repetition of the outer loop (a
+        local would hold the last repetition's value when the reverse runs)."""
+        read_back = [False] * len(self.units)
+        for u, adj in zip(self.units, adjoints):
             if adj is None:
                 continue
             for k, r in enumerate(u.reads):
                 if type(r) is At and u.body.inputs[k] in adj.uses:
                     read_back[r.item] = True
+        return read_back
+
+    def _bases(
+        self, strided: list[bool], incoming: list[list[At]], last: list[set[int]], adjoints: list
+    ) -> None:
+        """Where each item's values (``vbase``) and adjoints (``abase``) start in the
+        work array, the adjoints kept in named locals instead (``pinned``), and the
+        plan of each loop whose body is folded in turn (``nest_plan``)."""
+        program, stored = self.program, self.stored
+        read_back = self._read_back(adjoints)
+        n_items = len(self.units)
         self.nest_plan: dict[int, tuple] = {}  # loops whose body is folded in turn
         self.vbase: list[int | None] = [None] * n_items
         self.abase: list[int | None] = [None] * n_items
         self.pinned: list[dict[int, str]] = [{} for _ in range(n_items)]
-        for u, adj in zip(us, adjoints):
+        for u, adj in zip(self.units, adjoints):
             n = u.item
             if (u.loop and self.width[n] and (stored[n] or self.prev_stored[n])) or (
                 not u.loop
@@ -197,13 +242,6 @@ class Layout:
                 }
             else:
                 self.abase[n] = self._take(u.trips * self.awidth[n])
-        # columns of per-repetition constants
-        self.cbase: dict[tuple[int, int], int] = {}
-        for u in us:
-            for k, r in enumerate(u.reads):
-                if type(r) is Column:
-                    self.cbase[u.item, k] = len(self.columns)
-                    self.columns.extend(r.values)
 
     def _forward_outputs(self) -> dict[tuple[int, int], tuple[int, int, int]]:
         """Value code (no reverse), outer program: loop positions that are outputs at
