@@ -17,7 +17,8 @@ import pytest
 import adcompile as ad
 from adcompile.api.extend import primitive
 from adcompile.ir.ops import OPS
-from adcompile.symbolic import check as C
+from adcompile.symbolic import check_report as R
+from adcompile.symbolic import finite as F
 
 
 def schaffer04(x):
@@ -71,7 +72,7 @@ def test_schaffer04_where_the_old_step_failed_is_ok():
     np.testing.assert_allclose(report.compiled, g, rtol=1e-10)
     np.testing.assert_allclose(report.sympy, g, rtol=1e-10)
     # the finite difference agrees within its own estimated error, which is small
-    assert np.all(np.abs(report.finite_diff - g) <= C.FD_SAFETY * report.fd_error + 1e-12)
+    assert np.all(np.abs(report.finite_diff - g) <= R.FD_SAFETY * report.fd_error + 1e-12)
     assert np.all(report.fd_error < 1e-7 * np.abs(g))
 
 
@@ -111,7 +112,7 @@ def test_the_report_shows_each_finite_difference_with_its_estimated_error():
         value, _, shown = row.split()[-1].partition("±")
         assert float(value) == pytest.approx(fd, rel=1e-14)
         assert float(shown) == pytest.approx(err, rel=0.05)
-        assert 0 < err < 1e-8 and abs(fd - want) <= C.FD_SAFETY * err
+        assert 0 < err < 1e-8 and abs(fd - want) <= R.FD_SAFETY * err
     assert "or 4 x their estimated error" in text and text.splitlines()[-1] == "OK"
     assert any(line.startswith("time: ") and "finite diff" in line for line in text.splitlines())
 
@@ -156,14 +157,14 @@ def test_too_uncertain_a_difference_is_not_compared_and_noted():
 
 def test_fd_verdict_holds_to_the_larger_of_the_tolerance_and_the_error():
     t = {"fd_rtol": 1e-5, "fd_atol": 1e-6}
-    assert C._fd_verdict(1.0 + 5e-6, 1e-12, 1.0, 0.5, t) is True  # within the tolerance
-    assert C._fd_verdict(1.0 + 5e-5, 1e-12, 1.0, 0.5, t) is False  # outside, error tiny
-    assert C._fd_verdict(1.0 + 5e-5, 2e-5, 1.0, 0.5, t) is True  # within 4 x the error
-    assert C._fd_verdict(1.0 + 5e-5, 1.0, 1.0, 0.5, t).startswith("1.00005 with an estimated")
+    assert R._fd_verdict(1.0 + 5e-6, 1e-12, 1.0, 0.5, t) is True  # within the tolerance
+    assert R._fd_verdict(1.0 + 5e-5, 1e-12, 1.0, 0.5, t) is False  # outside, error tiny
+    assert R._fd_verdict(1.0 + 5e-5, 2e-5, 1.0, 0.5, t) is True  # within 4 x the error
+    assert R._fd_verdict(1.0 + 5e-5, 1.0, 1.0, 0.5, t).startswith("1.00005 with an estimated")
     # a tiny difference (an alias at large steps) with a small absolute error: too uncertain
     # at its own size, though small next to the exact 3100
-    assert isinstance(C._fd_verdict(-0.0064, 1e-3, 3100.0, 0.5, t), str)
-    assert C._fd_verdict(math.nan, math.nan, 1.0, 0.5, t) is None
+    assert isinstance(R._fd_verdict(-0.0064, 1e-3, 3100.0, 0.5, t), str)
+    assert R._fd_verdict(math.nan, math.nan, 1.0, 0.5, t) is None
 
 
 def perm01(x):
@@ -230,13 +231,13 @@ def test_compiled_tape_interpreter_gives_the_same_differences(monkeypatch):
     tape = ad.trace(perm01, x)
     t = {"rtol": 1e-7, "atol": 1e-9, "fd_rtol": 1e-5, "fd_atol": 1e-6}
     labels = [f"x[{i}]" for i in range(6)]
-    python = C._finite_differences(tape, x, list(range(6)), labels, [], t)
-    monkeypatch.setattr(C, "COMPILED_EVALUATION_SLOTS", 0)
-    assert C.Evaluator(tape, 1).compiled is not None
-    compiled = C._finite_differences(tape, x, list(range(6)), labels, [], t)
+    python = F.finite_differences(tape, x, list(range(6)), labels, [], t)
+    monkeypatch.setattr(F, "COMPILED_EVALUATION_SLOTS", 0)
+    assert F.Evaluator(tape, 1).compiled is not None
+    compiled = F.finite_differences(tape, x, list(range(6)), labels, [], t)
     np.testing.assert_allclose(compiled.value, python.value, rtol=1e-12)
     g = perm01_grad(x)
-    assert np.all(np.abs(compiled.value[0] - g) <= C.FD_SAFETY * compiled.error[0] + 1e-5 * abs(g))
+    assert np.all(np.abs(compiled.value[0] - g) <= R.FD_SAFETY * compiled.error[0] + 1e-5 * abs(g))
 
 
 def test_a_step_across_a_kink_is_not_used_but_smaller_ones_are():
