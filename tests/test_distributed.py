@@ -130,7 +130,7 @@ def test_the_shipped_source_needs_no_function_on_the_workers(client):
     assert vg.last_program == "source"
     # what the workers hold: compiled programs, not transforms of a function
     kinds = client.run(
-        lambda: sorted({type(v).__name__ for v in dd._worker_cache.values()}),
+        lambda: sorted({type(v).__name__ for v in dd.worker.worker_cache.values()}),
     )
     assert all("Transformed" not in k for k in kinds.values()), kinds
 

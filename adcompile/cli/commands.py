@@ -405,7 +405,7 @@ def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
     try:
         from .. import distributed as dd
 
-        dd._distributed()
+        dd.dask_distributed()
         from distributed import Client, LocalCluster
     except ImportError as e:
         print(f"adcompile demo: error: {e}", file=sys.stderr)

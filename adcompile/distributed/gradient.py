@@ -1,246 +1,44 @@
-"""Data-parallel gradients and many-point evaluation on Dask (optional extra).
+"""``adcompile.distributed.value_and_grad``: the client side of a data-parallel value
+and gradient.
 
-``pip install "adcompile[distributed]"`` installs Dask (``dask[array]`` and
-``distributed``); nothing here imports it before it is used.
-
-``value_and_grad(loss, argnums=0, reduction="mean", client=None)`` is
-``ad.value_and_grad`` for a loss over the rows of its data arguments (the
-arrays that are not differentiated and share a leading length): the rows are
-split into chunks (a ``dask.array`` keeps its own row chunks), each chunk's
-value and gradient is computed on a worker, and the chunks are combined by a
-tree reduction, weighted by their lengths for a mean.
-
-What moves per call: the parameters (the differentiated and other small
-arguments), sent once to every worker (inside the chunk's task when there
-is one chunk per worker, else as one small task per worker); the chunk results (one float
-vector of ``1 + len(theta)`` per chunk) up the reduction tree; the answer.
-The data go to the workers once (a ``dask.array`` already lives there; NumPy
-data are sent on the first call and kept while the same, unchanged arrays
-are passed). The compiled program goes once per worker: its generated
-source and metadata (about a dozen kilobytes), which each worker compiles
-once, or loads from its own Numba cache, so the worker never needs the
-user's function. Only where there is no batch-generic program for the loss
-is the function itself sent (pickled by value with cloudpickle, as Dask
-does), and traced once per worker.
-
-``vmap(f, points, client=None)`` evaluates ``ad.vmap(f)`` on row chunks of
-``points`` across the workers and concatenates the results.
+``DistributedValueAndGrad`` finds the data arguments (the arrays not differentiated
+that share a leading length), splits their rows into chunks (a ``dask.array``'s own,
+or even chunks of NumPy data), makes the program the workers run (``worker.Recipe``,
+traced here on SAMPLE_ROWS rows, or ``worker.Shipped``), sends it and the rows once,
+submits one ``worker.chunk_task`` per chunk with the parameters, and adds the results
+by a tree reduction (SPLIT_EVERY per task), weighted by the chunks' lengths for a
+mean. Chunks whose rows take another branch run the function itself instead.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import sys
-import threading
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .api import transform as api
-from .trace.value import NonFiniteError
-
-INSTALL = 'pip install "adcompile[distributed]"'
+from ..api import transform as api
+from .cluster import (
+    dask_distributed,
+    even_chunks,
+    get_client,
+    is_dask,
+    new_tag,
+    row_ranges,
+    same,
+    worker_threads,
+)
+from .worker import GuardFailed, Recipe, Shipped, chunk_task, combine
 
 #: How many chunk results one reduction task combines (Dask's ``split_every``).
 SPLIT_EVERY = 8
 #: Rows of the data the client traces the loss at, to make the program it ships.
 SAMPLE_ROWS = 32
 
-_started: list[Any] = []  # the (cluster, client) this module started, if any
-_start_lock = threading.Lock()
-
-
-def _distributed() -> Any:
-    """The ``distributed`` module, or an ImportError saying how to install it."""
-    try:
-        import dask  # noqa: F401
-        import dask.array  # noqa: F401
-        import distributed
-    except ImportError as e:
-        raise ImportError(
-            f"adcompile.distributed needs Dask and dask.distributed: {INSTALL}"
-        ) from e
-    return distributed
-
-
-def _is_dask(a: Any) -> bool:
-    return type(a).__module__.startswith("dask.array") and hasattr(a, "chunks")
-
-
-def get_client(client: Any = None) -> Any:
-    """``client``, else the current Dask client, else one on a new ``LocalCluster``
-    (started once per process; a line on stderr says so and gives its dashboard)."""
-    distributed = _distributed()
-    if client is not None:
-        return client
-    try:
-        return distributed.get_client()
-    except ValueError:
-        pass
-    with _start_lock:
-        if not _started:
-            workers = max(1, min(os.cpu_count() or 1, 4))
-            cluster = distributed.LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True
-            )
-            new = distributed.Client(cluster)
-            _started.append((cluster, new))
-            print(
-                f"adcompile: no Dask client given or running; started a LocalCluster of "
-                f"{workers} worker processes (dashboard {new.dashboard_link})",
-                file=sys.stderr,
-            )
-        return _started[0][1]
-
-
-def _threads(client: Any) -> int:
-    info = client.scheduler_info()
-    return max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
-
-
-# ------------------------------------------------------------------ programs shipped
-
-
-class GuardFailed(Exception):
-    """A chunk's rows take another branch than the shipped program was traced on."""
-
-
-class _Recipe:
-    """Batch-generic code as text: what a worker needs to compile and run it."""
-
-    def __init__(
-        self,
-        fname: str,
-        source: str,
-        kinds: list[bool],
-        which: list[int],
-        work: tuple[int, int],
-        columns: np.ndarray,
-        n_out: int,
-        min_rows: int,
-    ) -> None:
-        self.fname, self.source = fname, source
-        self.kinds = kinds  # per flat argument (the hidden inputs' last): is it an array
-        self.which = which  # the data arguments, chunked by rows
-        self.work, self.columns, self.n_out, self.min_rows = work, columns, n_out, min_rows
-        h = hashlib.sha256(source.encode())
-        h.update(repr((fname, kinds, which, work, n_out)).encode())
-        h.update(np.ascontiguousarray(columns).tobytes())
-        self.digest = h.hexdigest()
-
-
-class _Shipped:
-    """The user's function itself, pickled by value (cloudpickle), for the cases
-    without batch-generic code."""
-
-    def __init__(self, payload: bytes, argnums: Any) -> None:
-        self.payload, self.argnums = payload, argnums
-        self.digest = hashlib.sha256(payload + repr(argnums).encode()).hexdigest()
-
-
-_worker_cache: dict[str, Any] = {}  # on a worker: digest -> compiled program or transform
-_worker_lock = threading.Lock()
-_worker_local = threading.local()
-
-
-def _compiled(recipe: _Recipe) -> Callable:
-    """The recipe's Numba function, compiled once per worker process (or loaded
-    from its Numba cache)."""
-    fn = _worker_cache.get(recipe.digest)
-    if fn is None:
-        with _worker_lock:
-            fn = _worker_cache.get(recipe.digest)
-            if fn is None:
-                from .backend.jit import compile_folded_source
-                from .ir.tape import Param
-
-                params = [
-                    Param(f"a{k}", 1 if is_array else None)
-                    for k, is_array in enumerate(recipe.kinds)
-                ]
-                fn = compile_folded_source(recipe.source, recipe.fname, [], params, "int64")
-                _worker_cache[recipe.digest] = fn
-    return fn
-
-
-def _transform(shipped: _Shipped) -> api.Transformed:
-    """``ad.value_and_grad`` of the shipped function, made once per worker process."""
-    vg = _worker_cache.get(shipped.digest)
-    if vg is None:
-        import cloudpickle
-
-        with _worker_lock:
-            vg = _worker_cache.get(shipped.digest)
-            if vg is None:
-                fun = cloudpickle.loads(shipped.payload)
-                vg = _worker_cache[shipped.digest] = api.value_and_grad(fun, shipped.argnums)
-    return vg
-
-
-def _chunk_task(
-    program: _Recipe | _Shipped, params: tuple, lo: int, hi: int, mean: bool, *rows: Any
-) -> tuple[np.ndarray, int]:
-    """One chunk's (value and gradient as one vector, times its length for a mean;
-    its length), on a worker."""
-    args, flat_params, hidden = params
-    n = hi - lo
-    if isinstance(program, _Recipe):
-        fn = _compiled(program)
-        flat, r = [], iter(rows)
-        for p in flat_params:
-            flat.append(
-                np.ascontiguousarray(next(r), dtype=np.float64).ravel() if p is None else p
-            )
-        flat.extend(hidden)
-        a, b = program.work
-        size = max(a * n + b, 1)
-        work = getattr(_worker_local, "work", None)
-        if work is None or len(work) < size:
-            work = _worker_local.work = np.empty(size)
-        out = np.empty(program.n_out)
-        if not fn(n, *flat, work, program.columns, out):
-            raise GuardFailed(f"rows {lo}:{hi}")
-    else:
-        vg = _transform(program)
-        full, r = [], iter(rows)
-        for a_ in args:
-            full.append(next(r) if a_ is None else a_)
-        value, grads = vg(*full)
-        if not isinstance(program.argnums, (tuple, list)):
-            grads = (grads,)
-        out = np.concatenate([[value], *[np.ravel(g) for g in grads]])
-    if not np.isfinite(out[0]):
-        raise NonFiniteError(
-            f"the loss of rows {lo}:{hi} (a chunk of {n} rows) is {out[0]!r}; run "
-            "ad.value_and_grad on those rows under ad.debug_nans() to find the operation "
-            "that made it"
-        )
-    if not np.isfinite(out[1:]).all():
-        bad = int(np.flatnonzero(~np.isfinite(out[1:]))[0])
-        raise NonFiniteError(
-            f"the gradient of the loss of rows {lo}:{hi} (a chunk of {n} rows) has "
-            f"{out[1 + bad]!r} at flat position {bad}, with a finite loss {out[0]!r}; run "
-            "ad.value_and_grad on those rows under ad.debug_nans() to find the operation"
-        )
-    return (out * n if mean else out), n
-
-
-def _combine(*parts: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
-    """Sum of chunk results (a node of the reduction tree)."""
-    total = parts[0][0].copy()
-    rows = parts[0][1]
-    for vec, n in parts[1:]:
-        total += vec
-        rows += n
-    return total, rows
-
 
 def _tree(client: Any, futures: list[Any], split_every: int = SPLIT_EVERY) -> list[Any]:
-    """Reduce ``futures`` with ``_combine`` in a tree on the workers, as Dask's
+    """Reduce ``futures`` with ``combine`` in a tree on the workers, as Dask's
     ``reduction`` does (``split_every`` results per task), down to at most
     ``split_every`` results: the client, which receives the answer anyway, adds
     those (a task more would cost a round trip through the scheduler)."""
@@ -249,16 +47,13 @@ def _tree(client: Any, futures: list[Any], split_every: int = SPLIT_EVERY) -> li
         level += 1
         futures = [
             client.submit(
-                _combine,
+                combine,
                 *futures[i : i + split_every],
-                key=f"adcompile-combine-{level}-{i}-{_tag()}",
+                key=f"adcompile-combine-{level}-{i}-{new_tag()}",
             )
             for i in range(0, len(futures), split_every)
         ]
     return futures
-
-
-# ------------------------------------------------------------------ value_and_grad
 
 
 def _flat_arg(a: Any) -> Any:
@@ -269,19 +64,11 @@ def _flat_arg(a: Any) -> Any:
 
 
 def _shape(a: Any) -> tuple | None:
-    if _is_dask(a):
+    if is_dask(a):
         return tuple(a.shape)
     if isinstance(a, (np.ndarray, list, tuple)):
         return np.shape(a)
     return None
-
-
-def _bounds(lengths: Sequence[int]) -> list[tuple[int, int]]:
-    out, lo = [], 0
-    for n in lengths:
-        out.append((lo, lo + n))
-        lo += n
-    return out
 
 
 def _checksum(a: np.ndarray) -> int:
@@ -315,7 +102,7 @@ class DistributedValueAndGrad:
         self.fun, self.argnums, self.reduction = loss, argnums, reduction
         self.client, self.chunks = client, chunks
         self._many = isinstance(argnums, (tuple, list))
-        self._programs: dict[tuple, _Recipe | _Shipped] = {}
+        self._programs: dict[tuple, Recipe | Shipped] = {}
         self._shipped: dict[tuple, Any] = {}  # (client id, digest) -> future on every worker
         self._data: dict[str, Any] = {}  # the NumPy data sent last: fingerprint and futures
         self.last_program: str | None = None  # "source" or "function": what the last call ran
@@ -330,11 +117,11 @@ class DistributedValueAndGrad:
         data, n = self._data_args(args, wrt)
         bounds = self._chunking(args, data)  # raises before any work is sent
         client = get_client(self.client)
-        self._workers = _threads(client)
+        self._workers = worker_threads(client)
         if bounds is None:  # NumPy data: even chunks
-            bounds = _bounds(_even(n, self.chunks or self._workers))
+            bounds = row_ranges(even_chunks(n, self.chunks or self._workers))
         program = self._program(args, data, wrt, n)
-        if isinstance(program, _Recipe) and min(hi - lo for lo, hi in bounds) < program.min_rows:
+        if isinstance(program, Recipe) and min(hi - lo for lo, hi in bounds) < program.min_rows:
             program = self._function_program(data)
         try:
             total = self._run(client, program, args, data, bounds)
@@ -348,10 +135,10 @@ class DistributedValueAndGrad:
 
     def _data_args(self, args: Sequence[Any], wrt: list[int]) -> tuple[list[int], int]:
         """The data arguments (chunked by rows) and their number of rows."""
-        from .backend.batch import batched
+        from ..backend.batch import batched
 
         shapes = [_shape(a) for a in args]
-        dask_args = [k for k, a in enumerate(args) if _is_dask(a)]
+        dask_args = [k for k, a in enumerate(args) if is_dask(a)]
         for k in dask_args:
             if k in wrt:
                 raise TypeError(
@@ -379,7 +166,7 @@ class DistributedValueAndGrad:
 
     def _chunking(self, args: Sequence[Any], data: list[int]) -> list[tuple[int, int]] | None:
         """The chunks' row ranges: the dask arrays' (which must agree); None for NumPy."""
-        chunked = [(k, args[k].chunks[0]) for k in data if _is_dask(args[k])]
+        chunked = [(k, args[k].chunks[0]) for k in data if is_dask(args[k])]
         for k, c in chunked[1:]:
             if c != chunked[0][1]:
                 k0, c0 = chunked[0]
@@ -390,7 +177,7 @@ class DistributedValueAndGrad:
                     f"y.rechunk({{0: X.chunks[0]}})) so that each chunk holds the same rows "
                     "of every argument"
                 )
-        return _bounds(chunked[0][1]) if chunked else None
+        return row_ranges(chunked[0][1]) if chunked else None
 
     def _structure(self, args: Sequence[Any], data: list[int]) -> tuple:
         return tuple(
@@ -401,15 +188,15 @@ class DistributedValueAndGrad:
 
     def _program(
         self, args: Sequence[Any], data: list[int], wrt: list[int], n: int
-    ) -> _Recipe | _Shipped:
+    ) -> Recipe | Shipped:
         key = self._structure(args, data)
         program = self._programs.get(key)
         caps = self.local.captures
-        if isinstance(program, _Recipe) and caps.watched:
+        if isinstance(program, Recipe) and caps.watched:
             if caps.changed() is not None:  # a value compiled into the source changed
                 self.local.check_captures()  # (warns, as ad.value_and_grad does)
                 program = None
-        if isinstance(program, _Shipped):  # pickled again: what it reads may have changed
+        if isinstance(program, Shipped):  # pickled again: what it reads may have changed
             program = self._programs[key] = self._function_program(data)
         if program is None:
             program = self._programs[key] = self._make_program(args, data, wrt, n)
@@ -417,10 +204,10 @@ class DistributedValueAndGrad:
 
     def _make_program(
         self, args: Sequence[Any], data: list[int], wrt: list[int], n: int
-    ) -> _Recipe | _Shipped:
+    ) -> Recipe | Shipped:
         """Trace the loss on a few rows here and take its batch-generic code (or, where
         there is none, the function itself)."""
-        from .backend.batch import MIN_LENGTH, batched
+        from ..backend.batch import MIN_LENGTH, batched
 
         m = min(n, SAMPLE_ROWS)
         others = {s[0] for k, a in enumerate(args) if k not in data for s in [_shape(a)] if s}
@@ -445,7 +232,7 @@ class DistributedValueAndGrad:
             isinstance(v, np.ndarray) for v in caps.values()
         ]
         work = tuple(int(w) for w in gen.work_size)
-        return _Recipe(
+        return Recipe(
             self.local.compiled_name,
             gen.source,
             kinds,
@@ -456,21 +243,21 @@ class DistributedValueAndGrad:
             int(gen.lengths[0]),
         )
 
-    def _function_program(self, data: list[int]) -> _Shipped:
+    def _function_program(self, data: list[int]) -> Shipped:
         import cloudpickle
 
-        return _Shipped(cloudpickle.dumps(self.fun), self.argnums)
+        return Shipped(cloudpickle.dumps(self.fun), self.argnums)
 
     @staticmethod
     def _rows(a: Any, lo: int, hi: int) -> np.ndarray:
         part = a[lo:hi]
-        if _is_dask(part):
+        if is_dask(part):
             part = part.compute()
         return np.ascontiguousarray(part, dtype=np.float64)
 
     # ---- sending and running
 
-    def _ship(self, client: Any, program: _Recipe | _Shipped) -> Any:
+    def _ship(self, client: Any, program: Recipe | Shipped) -> Any:
         """The program as a future on the workers (sent once per client; each worker
         fetches it once). It is a task holding the program, not scattered data: the
         scheduler keeps a task's input, so a copy lost with a worker is made again."""
@@ -478,7 +265,7 @@ class DistributedValueAndGrad:
         fut = self._shipped.get(key)
         if fut is None or fut.status not in ("pending", "finished"):
             fut = client.submit(
-                _same, program, key=f"adcompile-program-{program.digest[:16]}-{_tag()}"
+                same, program, key=f"adcompile-program-{program.digest[:16]}-{new_tag()}"
             )
             self._shipped = {k: v for k, v in self._shipped.items() if k[0] == id(client)}
             self._shipped[key] = fut
@@ -492,7 +279,7 @@ class DistributedValueAndGrad:
         fingerprint = []
         for k in data:
             a = args[k]
-            if _is_dask(a):
+            if is_dask(a):
                 fingerprint.append(("dask", a.name))
             else:
                 a = np.asarray(a)
@@ -504,7 +291,7 @@ class DistributedValueAndGrad:
         workers = list(client.scheduler_info().get("workers", {}))
         for k in data:
             a = args[k]
-            if _is_dask(a):
+            if is_dask(a):
                 if a.ndim > 1 and any(len(c) > 1 for c in a.chunks[1:]):
                     a = a.rechunk({i: -1 for i in range(1, a.ndim)})
                 a = client.persist(a)
@@ -530,9 +317,9 @@ class DistributedValueAndGrad:
     ) -> list[Any]:
         return [
             client.submit(
-                _same,
+                same,
                 a[lo:hi],
-                key=f"adcompile-rows-{k}-{lo}-{hi}-{_tag()}",
+                key=f"adcompile-rows-{k}-{lo}-{hi}-{new_tag()}",
                 workers=[workers[i % len(workers)]] if workers else None,
                 allow_other_workers=bool(workers),  # (Dask refuses it with no workers named)
             )
@@ -542,23 +329,23 @@ class DistributedValueAndGrad:
     def _run(
         self,
         client: Any,
-        program: _Recipe | _Shipped,
+        program: Recipe | Shipped,
         args: Sequence[Any],
         data: list[int],
         bounds: list[tuple[int, int]],
     ) -> tuple[np.ndarray, int]:
-        self.last_program = "source" if isinstance(program, _Recipe) else "function"
+        self.last_program = "source" if isinstance(program, Recipe) else "function"
         prog = self._ship(client, program)
         rows = self._chunk_futures(client, args, data, bounds)
         plain = tuple(None if k in data else a for k, a in enumerate(args))
         flat = tuple(None if k in data else _flat_arg(a) for k, a in enumerate(args))
         hidden = tuple(_flat_arg(v) for v in self.local.captures.values())
-        if isinstance(program, _Recipe):
+        if isinstance(program, Recipe):
             plain = tuple(None for _ in args)  # the source path needs the flat form only
         else:
             flat, hidden = (), ()
         params: Any = (plain, flat, hidden)
-        tag = _tag()
+        tag = new_tag()
         workers = list(client.scheduler_info().get("workers", {}))
         if len(bounds) > len(workers) > 0:
             # several chunks per worker: the parameters go once to each worker, as a
@@ -566,7 +353,7 @@ class DistributedValueAndGrad:
             # input, so a copy lost with its worker is made again)
             per_worker = [
                 client.submit(
-                    _same,
+                    same,
                     params,
                     key=f"adcompile-params-{i}-{tag}",
                     workers=[w],
@@ -581,7 +368,7 @@ class DistributedValueAndGrad:
         mean = self.reduction == "mean"
         parts = [
             client.submit(
-                _chunk_task,
+                chunk_task,
                 prog,
                 params_of[i],
                 lo,
@@ -592,7 +379,7 @@ class DistributedValueAndGrad:
             )
             for i, (lo, hi) in enumerate(bounds)
         ]
-        return _combine(*client.gather(_tree(client, parts)))
+        return combine(*client.gather(_tree(client, parts)))
 
     def _where(self, client: Any, rows: list[list[Any]], workers: list[str]) -> list[int]:
         """Per chunk, the index of a worker holding its rows (where its task will most
@@ -622,25 +409,11 @@ class DistributedValueAndGrad:
         return float(vec[0]), (tuple(grads) if self._many else grads[0])
 
 
-def _same(a: Any) -> Any:
-    return a
-
-
-def _tag() -> str:
-    return uuid.uuid4().hex[:8]
-
-
 def _row_keys(a: Any) -> list[Any]:
     keys = a.__dask_keys__()
     while a.ndim > 1 and isinstance(keys[0], list) and isinstance(keys[0][0], list):
         keys = [k[0] for k in keys]
     return keys
-
-
-def _even(n: int, parts: int) -> list[int]:
-    parts = max(1, min(parts, n))
-    base, extra = divmod(n, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 def _show(chunks: Sequence[int]) -> str:
@@ -672,113 +445,5 @@ def value_and_grad(
     current Dask client, or starts a ``LocalCluster``. A chunk whose loss is not
     finite raises ``ad.NonFiniteError`` naming its rows.
     """
-    _distributed()
+    dask_distributed()
     return DistributedValueAndGrad(loss, argnums, reduction, client, chunks)
-
-
-# ------------------------------------------------------------------ vmap
-
-
-def _portable(f: Callable) -> tuple:
-    """A picklable description of ``f`` (transforms hold locks and compiled code)."""
-    from .api.derived import Derived
-    from .api.vmap import Vmapped
-
-    if isinstance(f, Vmapped):
-        return ("vmap", _portable(f.fun), f.in_axes, f.device)
-    if isinstance(f, Derived):
-        return ("derived", _portable(f.fun), f.argnums, f.mode, f.sweeps)
-    if isinstance(f, api.Transformed):
-        if f.leaves is not None:
-            raise TypeError(
-                "distributed.vmap: a compile_loss step holds its model's parameters; "
-                "pass a function of arrays instead"
-            )
-        return ("transform", _portable(f.fun), f.argnums, f.mode, f.debug_nans)
-    return ("plain", f)
-
-
-def _rebuild(desc: tuple) -> Callable:
-    kind = desc[0]
-    if kind == "plain":
-        return desc[1]
-    if kind == "vmap":
-        from .api.vmap import Vmapped
-
-        return Vmapped(_rebuild(desc[1]), desc[2], desc[3])
-    if kind == "derived":
-        from .api.derived import Derived
-
-        return Derived(_rebuild(desc[1]), desc[2], desc[3], desc[4])
-    return api.Transformed(_rebuild(desc[1]), desc[2], desc[3], desc[4])
-
-
-class _Mapped:
-    """``f`` as shipped to the workers for ``vmap``."""
-
-    def __init__(self, payload: bytes) -> None:
-        self.payload = payload
-        self.digest = hashlib.sha256(payload).hexdigest()
-
-
-def _vmap_task(mapped: _Mapped, rows: np.ndarray) -> Any:
-    fn = _worker_cache.get(mapped.digest)
-    if fn is None:
-        import cloudpickle
-
-        from .api.vmap import Vmapped, vmap
-
-        with _worker_lock:
-            fn = _worker_cache.get(mapped.digest)
-            if fn is None:
-                f = _rebuild(cloudpickle.loads(mapped.payload))
-                fn = _worker_cache[mapped.digest] = f if isinstance(f, Vmapped) else vmap(f)
-    return fn(np.ascontiguousarray(rows, dtype=np.float64))
-
-
-_mapped: dict[tuple, Any] = {}  # (client id, digest) -> the shipped function's future
-
-
-def vmap(f: Callable, points: Any, client: Any = None, *, chunks: int | None = None) -> Any:
-    """``ad.vmap(f)(points)`` with the rows of ``points`` split across Dask workers.
-
-    ``f`` is a function of one point (a row of ``points``), or any transform
-    (``ad.grad(g)``, ``ad.value_and_grad(g)``, ``ad.hessian(g)`` ...), or
-    ``ad.vmap`` of one. ``points`` is a NumPy array, split into ``chunks``
-    chunks of rows (default: two per worker thread), or a ``dask.array``
-    (its row chunks). Each chunk runs ``ad.vmap(f)`` on a worker, compiled
-    once per worker; the results are concatenated along axis 0 (each part of
-    a tuple result separately).
-    """
-    import cloudpickle
-
-    _distributed()
-    if chunks is not None and (not isinstance(chunks, int) or chunks < 1):
-        raise ValueError(f"chunks={chunks!r}: give a number of chunks >= 1, or None")
-    client = get_client(client)
-    mapped = _Mapped(cloudpickle.dumps(_portable(f)))
-    key = (id(client), mapped.digest)
-    fut = _mapped.get(key)
-    if fut is None or fut.status not in ("pending", "finished"):
-        fut = _mapped[key] = client.submit(
-            _same, mapped, key=f"adcompile-vmap-program-{mapped.digest[:16]}-{_tag()}"
-        )
-    if _is_dask(points):
-        if points.ndim > 1 and any(len(c) > 1 for c in points.chunks[1:]):
-            points = points.rechunk({i: -1 for i in range(1, points.ndim)})
-        blocks = (
-            list(points.to_delayed().reshape(-1))
-            if points.ndim == 1
-            else [row[0] for row in points.to_delayed().reshape(len(points.chunks[0]), -1)]
-        )
-        rows = client.compute(blocks)
-    else:
-        points = np.asarray(points, dtype=np.float64)
-        if points.ndim == 0 or len(points) == 0:
-            raise ValueError("distributed.vmap: points must be an array with rows (got none)")
-        sizes = _even(len(points), chunks or 2 * _threads(client))
-        rows = [points[lo:hi] for lo, hi in _bounds(sizes)]
-    parts = client.gather([client.submit(_vmap_task, fut, r) for r in rows])
-    if isinstance(parts[0], tuple):
-        return tuple(np.concatenate([p[j] for p in parts]) for j in range(len(parts[0])))
-    return np.concatenate(parts)
