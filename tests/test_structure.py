@@ -8,6 +8,8 @@
   derivatives held to a hand formula and central finite differences; the tape
   passes read its declared algebra (identity, linear operand) from the table.
 - Every op's declared algebra holds for its own float evaluation.
+- Smaller rooms (issue 29 item 6): no module of the package over 600 lines and no
+  function over 80, but for a list of today's offenders that can only shrink.
 """
 
 from __future__ import annotations
@@ -389,3 +391,120 @@ def test_the_declared_ufunc_names_apply_the_op(name, op):
     tape = ad.trace(lambda x, y: ufunc(*(x, y)[: op.arity]), 1.5, 0.5)
     assert [n.op for n in tape.nodes if isinstance(n.op, ops.Op)] == [op]
     assert tape.evaluate(1.5, 0.5) == pytest.approx([ufunc(*(1.5, 0.5)[: op.arity])])
+
+
+# ------------------------------------------------------------------ sizes
+
+#: No module of the package over this many lines ...
+MAX_MODULE_LINES = 600
+#: ... and no function or method over this many, from its ``def`` line to its last
+#: (decorators not counted; a nested function counts on its own and in its outer one).
+MAX_FUNCTION_LINES = 80
+
+#: The modules over the limit (paths under adcompile/), each at its size when listed. The
+#: list only shrinks: a listed module that grows fails, and one that is now within the
+#: limit (or gone) must come off the list.
+MODULES_OVER = {
+    "api/export.py": 654,
+    "api/transform.py": 1764,
+    "backend/jit.py": 1024,
+    "emit/loopgen.py": 875,
+    "ir/ops.py": 745,
+    "trace/value.py": 1371,
+}
+#: The functions over the limit (``path::qualified name``), likewise.
+FUNCTIONS_OVER = {
+    "api/transform.py::Transformed._batch_loops": 87,
+    "backend/entries.py::direct_entry": 111,
+    "emit/codegen.py::straight_line": 131,
+    "emit/loopgen.py::_Gen._reverse_unit": 177,
+}
+
+
+def _sizes(root: Path) -> tuple[dict[str, int], dict[str, int]]:
+    """Lines per module under ``root`` (its path there, ``/``-separated) and per function
+    (``path::Class.method``, ``path::outer.inner``), read with ``ast``."""
+    modules: dict[str, int] = {}
+    functions: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        text = path.read_text()
+        modules[rel] = len(text.splitlines())
+
+        def walk(node: ast.AST, prefix: str, rel: str = rel) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = prefix + child.name
+                    if not isinstance(child, ast.ClassDef):
+                        key, n = f"{rel}::{name}", child.end_lineno - child.lineno + 1
+                        functions[key] = max(functions.get(key, 0), n)  # (a property's setter)
+                    walk(child, name + ".")
+                else:
+                    walk(child, prefix)
+
+        walk(ast.parse(text, str(path)), "")
+    return modules, functions
+
+
+def _offences(sizes: dict[str, int], limit: int, listed: dict[str, int]) -> list[str]:
+    """What breaks ``limit``: a new offender, a listed one that grew, and a listed one that
+    is now within the limit or gone (its entry must go)."""
+    found = []
+    for name, n in sorted(sizes.items()):
+        if n > limit and name not in listed:
+            found.append(f"{name} has {n} lines, over the limit of {limit}: split it")
+        elif name in listed and n > listed[name]:
+            found.append(f"{name} has grown to {n} lines (listed at {listed[name]}): shrink it")
+    for name, n in sorted(listed.items()):
+        if sizes.get(name, 0) <= limit:
+            now = f"{sizes[name]} lines" if name in sizes else "gone"
+            found.append(f"{name} is listed at {n} lines but is now {now}: take it off the list")
+    return found
+
+
+def test_the_size_reader_counts_modules_and_functions(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text(
+        "def f():\n    return 1\n\n\n"  # f: 2 lines
+        "class C:\n    @property\n    def p(self):\n        return 1\n\n"  # C.p: 2
+        "    @p.setter\n    def p(self, v):\n        x = v\n        self.v = x\n\n"  # 3
+        "    def g(self):\n        def inner():\n            return 2\n\n"  # C.g: 5 lines
+        "        return inner()\n"  # (C.g.inner: 2)
+        "if True:\n    async def h():\n        pass\n"  # h: 2
+    )
+    (pkg / "sub" / "b.py").write_text("x = 1\n")
+    modules, functions = _sizes(pkg)
+    assert modules == {"a.py": 22, "sub/b.py": 1}
+    assert functions == {
+        "a.py::f": 2,
+        "a.py::C.p": 3,
+        "a.py::C.g": 5,
+        "a.py::C.g.inner": 2,
+        "a.py::h": 2,
+    }
+
+
+def test_the_size_check_finds_new_grown_and_stale_entries():
+    sizes = {"new.py": 9, "grown.py": 12, "kept.py": 11, "shrunk.py": 10, "small.py": 3}
+    listed = {"grown.py": 11, "kept.py": 11, "shrunk.py": 14, "gone.py": 20}
+    found = _offences(sizes, 10, listed)
+    assert [line.split()[0] for line in found] == ["grown.py", "gone.py", "shrunk.py"]
+    assert "grown to 12 lines (listed at 11)" in found[0]
+    assert "is now gone" in found[1] and "is now 10 lines" in found[2]
+    assert _offences({**sizes, "new.py": 11}, 10, listed)[1].startswith("new.py has 11 lines")
+    assert _offences(sizes, 10, {"grown.py": 12, "kept.py": 11}) == []
+
+
+def test_no_module_over_600_lines_but_the_listed_ones():
+    modules, _ = _sizes(PACKAGE)
+    assert "symbolic/check.py" in modules and "__init__.py" in modules
+    found = _offences(modules, MAX_MODULE_LINES, MODULES_OVER)
+    assert not found, "\n".join(found)
+
+
+def test_no_function_over_80_lines_but_the_listed_ones():
+    _, functions = _sizes(PACKAGE)
+    assert "symbolic/check.py::check_grad" in functions
+    found = _offences(functions, MAX_FUNCTION_LINES, FUNCTIONS_OVER)
+    assert not found, "\n".join(found)
