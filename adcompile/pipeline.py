@@ -12,7 +12,8 @@ transforms (``adcompile.api``) trace, then call it. It reads as the pipeline:
    compiled by Numba.
 
 Steps 1 to 3 of the loop path are ``emit.fold.loop_source``; the unrolled path's
-printing and compiling are ``backend.jit.Compiled``. Numba is imported on the
+printing and compiling are ``backend.compiled.compile_tape``. Either way the
+result is a ``backend.program.CompiledProgram``. Numba is imported on the
 first compile, not with adcompile.
 """
 
@@ -21,15 +22,16 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
 
+from .backend.program import CompiledProgram
 from .diff.reverse import grad_tape
 from .emit.fold import loop_source
 from .ir.tape import Param, Tape
 
 #: Fold a large tape into loops before differentiating it, and differentiate the
 #: loops as loops (``emit.loopgen``); off, or where that does not fold, the
-#: unrolled tape is differentiated and folded afterwards, as value code (``jit.Compiled``).
+#: unrolled tape is differentiated and folded afterwards, as value code
+#: (``backend.compiled.compile_tape``).
 LOOP_IR = os.environ.get("ADCOMPILE_LOOP_IR", "1") != "0"
 
 
@@ -42,7 +44,7 @@ def compile(  # noqa: A001  (the pipeline's one verb)
     positions: list[int] | None = None,
     stages: dict[str, float] | None = None,
     on_loop_failure: Callable[[Exception], None] | None = None,
-) -> Any:
+) -> CompiledProgram:
     """The compiled program of ``tape``: value code (``wrt`` None) or value and
     gradient with respect to the arguments ``wrt``, whose input slots in ``tape``
     are ``positions``. ``stages`` receives each stage's seconds.
@@ -58,7 +60,8 @@ def compile(  # noqa: A001  (the pipeline's one verb)
     if compiled is not None:
         stages.update(compiled.timings)
         return compiled
-    from .backend.jit import STRAIGHT_LINE_LIMIT, Compiled  # (Numba: on first compile)
+    from .backend.compiled import compile_tape  # (Numba: on first compile)
+    from .backend.jit import STRAIGHT_LINE_LIMIT
 
     clock = time.perf_counter()
     code_tape = tape if wrt is None else grad_tape(tape, wrt=positions)
@@ -77,7 +80,7 @@ def compile(  # noqa: A001  (the pipeline's one verb)
             f"{2 * STRAIGHT_LINE_LIMIT}"
         )
     clock = time.perf_counter()
-    compiled = Compiled(code_tape, params, fname, doc, force=force, why=why)
+    compiled = compile_tape(code_tape, params, fname, doc, force=force, why=why)
     stages["generate and compile"] = time.perf_counter() - clock
     return compiled
 
@@ -91,11 +94,12 @@ def fold_into_loops(
     positions: list[int] | None,
     report: dict | None = None,
     on_failure: Callable[[Exception], None] | None = None,
-) -> Any:
+) -> CompiledProgram | None:
     """A large tape folded into loops before it is differentiated, the loops
     differentiated as loops; None when it does not fold (``report`` then says how
     far it got, see ``emit.fold.loop_source``)."""
-    from .backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, LoopCompiled
+    from .backend.compiled import LoopCompiled
+    from .backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT
 
     if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
         return None

@@ -72,7 +72,7 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
 
     from . import workloads as W
 
-    jit = import_module("adcompile.backend.jit")  # the module (ad.jit is the transform)
+    compile_tape = import_module("adcompile.backend.compiled").compile_tape
     rec: dict[str, Any] = {"import_s": time.perf_counter() - t0}
     if case == "chain":
         arg: Any = W.CHAIN_X0
@@ -88,7 +88,7 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     t1 = time.perf_counter()
     gtape = grad_tape(tape)
     rec["grad_tape_s"] = time.perf_counter() - t1
-    ff = jit.Compiled(gtape, params, "f_value_and_grad", force="folded").folded
+    ff = compile_tape(gtape, params, "f_value_and_grad", force="folded")
     t = ff.timings  # (the loop pipeline's stages: detect, build, reverse, generate, compile)
     rec["find_s"] = t.get("detect", 0.0) + t.get("build", 0.0)
     rec["generate_s"] = t.get("reverse", 0.0) + t.get("generate", 0.0)
@@ -108,10 +108,7 @@ def child_adcompile(case: str, n: int) -> dict[str, Any]:
     rec["statements"] = ff.facts.statements
     rec["source_lines"] = ff.source.count("\n")
     # the same gradient tape on the compiled tape interpreter (today's path for big tapes)
-    from importlib import import_module
-
-    jit = import_module("adcompile.backend.jit")
-    interp = jit.Compiled(gtape, params, "f_interp", force="interpreter")
+    interp = compile_tape(gtape, params, "f_interp", force="interpreter")
     rec["interpreter_per_call_s"] = per_call(lambda: interp.call(arg))
     return rec
 
@@ -172,7 +169,7 @@ def child_scaling(n_ops: int) -> dict[str, Any]:
 
     from . import workloads as W
 
-    jit = import_module("adcompile.backend.jit")
+    compile_tape = import_module("adcompile.backend.compiled").compile_tape
     prog = W.compile_program(n_ops)
     ref = W.compile_reference(prog)
     rec: dict[str, Any] = {}
@@ -191,7 +188,7 @@ def child_scaling(n_ops: int) -> dict[str, Any]:
     kinds = ["interpreter"] + (["straight-line"] if n_ops <= STRAIGHT_LINE_MAX else [])
     for kind in kinds:
         t3 = time.perf_counter()
-        c = jit.Compiled(gtape, params, f"f_{kind[0]}", force=kind)
+        c = compile_tape(gtape, params, f"f_{kind[0]}", force=kind)
         rec[f"{kind}_compile_s"] = time.perf_counter() - t3
         ok, out = c.call(x)
         rec[f"{kind}_rel_err"] = max(W.rel_err(out[0], ref.value), W.rel_err(out[1:], ref.grad))

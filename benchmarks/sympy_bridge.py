@@ -80,7 +80,7 @@ def main(sizes: list[int]) -> None:
         print(
             f"{n:>5}  {build_ours:>14.3f} s  {build_theirs:>10.3f} s  "
             f"{call_ours * 1e6:>12.1f} us  {call_theirs * 1e6:>8.1f} us  {err:>10.2e}"
-            f"   ({ours.compiled.kind}, {len(ours.grad_tape)} slots)"
+            f"   ({ours.compiled.facts.kind}, {len(ours.grad_tape)} slots)"
         )
 
 

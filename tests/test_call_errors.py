@@ -310,7 +310,7 @@ def test_direct_entry_of_folded_code_with_guards_and_threads():
     vg = ad.value_and_grad(f)
     x = np.linspace(0.5, 2.0, 300)
     _heat(vg, x)
-    assert vg.last.compiled.kind == "folded"
+    assert vg.last.compiled.facts.kind == "folded"
     np.testing.assert_allclose(vg(x + 1)[1], grad(x + 1, 1.0), rtol=1e-12)
     np.testing.assert_allclose(vg(x - 1)[1], grad(x - 1, -1.0), rtol=1e-12)  # the guard fails
     got = {}

@@ -275,7 +275,7 @@ def test_interpreter_path_matches_straight_line(monkeypatch):
     monkeypatch.setattr(jit, "STRAIGHT_LINE_LIMIT", 10)
     vg = ad.value_and_grad(f)
     b = vg(x)
-    assert vg._last.compiled.kind == "interpreter"
+    assert vg._last.compiled.facts.kind == "interpreter"
     assert "interpreter" in vg.source
     assert a[0] == pytest.approx(b[0], rel=1e-13)
     np.testing.assert_allclose(a[1], b[1], rtol=1e-13)

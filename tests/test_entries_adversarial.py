@@ -451,7 +451,7 @@ def test_branches_of_folded_code_flip_after_hot():
         return s if x[0] > 0 else -2 * s
 
     vg = heat(ad.value_and_grad(f), np.linspace(0.5, 2.0, 200))
-    assert vg.last.compiled.kind == "folded"
+    assert vg.last.compiled.facts.kind == "folded"
     for k in range(6):
         x = np.linspace(0.5, 2.0, 200) * (k + 1) * (1 if k % 2 else -1)
         d = np.diff(x)
@@ -728,7 +728,7 @@ def _folded_ref(x, c):
 )
 def test_folded_code_whose_argument_has_a_generated_name(name):
     vg = heat(ad.value_and_grad(_folded_named(name)), np.linspace(0.0, 1.0, 50), 2.0)
-    assert vg.last.compiled.kind == "folded"
+    assert vg.last.compiled.facts.kind == "folded"
     x = np.linspace(0.5, 1.7, 50)
     v, g = vg(x, 3.0)
     rv, rg = _folded_ref(x, 3.0)
@@ -812,7 +812,7 @@ def test_folded_code_is_hot_ready_by_its_statements_not_its_lines(monkeypatch):
         isinstance(s, ast.Assign) and isinstance(s.value, (ast.BinOp, ast.Call, ast.UnaryOp))
         for s in ast.walk(ast.parse(spec.compiled.source))
     )
-    assert spec.compiled.kind == "folded" and vg.facts.statements == n
+    assert spec.compiled.facts.kind == "folded" and vg.facts.statements == n
     monkeypatch.setattr(entries, "HOT_FOLDED_STATEMENTS", n)
     assert entries.hot_ready(spec, key)
     monkeypatch.setattr(spec.compiled, "source", spec.compiled.source + "#\n" * 1000)

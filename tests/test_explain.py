@@ -191,7 +191,7 @@ def test_what_was_made_is_kept_as_numbers(transform):
 def test_the_numbers_of_loop_code_outlive_its_disk_record():
     import json
 
-    from adcompile.backend.jit import LoopCompiled
+    from adcompile.backend.compiled import LoopCompiled
 
     t = ad.grad(nested_tanh)
     x = np.linspace(0.1, 0.4, 4)

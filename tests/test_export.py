@@ -499,7 +499,7 @@ def test_interpreter_code_exports_with_guard_numbers(monkeypatch):
     monkeypatch.setattr(importlib.import_module("adcompile.backend.jit"), "STRAIGHT_LINE_LIMIT", 3)
     x = np.array([1.0, 2.0])
     vg = ad.value_and_grad(branchy)
-    assert vg.spec_for((x, 3.0))[0].compiled.kind == "interpreter"
+    assert vg.spec_for((x, 3.0))[0].compiled.facts.kind == "interpreter"
     f = load(ad.export(branchy, x, 3.0), "branchy")
     same(f(x, 3.0), vg(x, 3.0))
     with pytest.raises(ValueError, match=r"guard 1 failed: x\[0\] > 0.5"):

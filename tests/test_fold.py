@@ -2,7 +2,7 @@
 
 These are derivative tapes (differentiated unrolled) folded as value code
 through the loop IR (``loops.fold_program``, ``loopgen``), the path of
-``jit.Compiled`` for tapes the loop pipeline does not differentiate itself.
+``compiled.compile_tape`` for tapes the loop pipeline does not differentiate itself.
 Every folded function is checked against the interpreter on the same tape
 (rtol 1e-12): compiled with Numba for the workloads, and executed as plain
 Python (the generated source needs only ``math``) for the many random tapes
@@ -11,7 +11,6 @@ hypothesis draws, which keeps those fast.
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 import time
@@ -32,8 +31,6 @@ from adcompile.ir.passes import hoist_constants
 from adcompile.ir.tape import CONST, INPUT, Guard, Node, Param, Tape
 from adcompile.loops import ir as loopir
 from adcompile.loops.segments import Segment, find_segments
-
-jit = importlib.import_module("adcompile.backend.jit")  # the module (ad.jit is the transform)
 
 RTOL = 1e-12
 
@@ -92,8 +89,10 @@ def assert_matches(got, tape: Tape, args) -> None:
 
 
 def compile_folded(gt: Tape, params, name: str):
-    """The gradient tape folded as value code and compiled (``jit.LoopCompiled``)."""
-    return jit.Compiled(gt, params, name, force="folded").folded
+    """The gradient tape folded as value code and compiled (``compiled.LoopCompiled``)."""
+    from adcompile.backend.compiled import compile_tape
+
+    return compile_tape(gt, params, name, force="folded")
 
 
 def compiled_check(f, *args, name: str = "f"):
@@ -133,7 +132,7 @@ def rosen_grad(x):
 def test_rosenbrock_folds_compiles_and_matches(f):
     x = 0.9 * np.cos(np.arange(200))
     ff = compiled_check(f, x, name=f.__name__)
-    assert ff.kind == "folded"
+    assert ff.facts.kind == "folded"
     gt = ff.tape
     folded = sum(lp.body.n_ops * lp.trips for lp in loops_of(ff))
     assert folded > 0.95 * gt.n_ops
@@ -691,7 +690,7 @@ def test_value_and_grad_of_a_wide_mlp_folds_loops_inside_loops():
     compiled = vg._last.compiled
     # printed flat, the per-example bodies would be over the 1,000-statement limit:
     # each is folded in turn, its neurons a loop inside the loop over examples
-    assert compiled.kind == "folded"
+    assert compiled.facts.kind == "folded"
     assert "folded in turn into" in compiled.explanation
     assert "for j in range(12):" in compiled.source
     # one program for every batch length: every example runs in the loop over n,

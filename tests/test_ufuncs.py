@@ -181,7 +181,7 @@ def test_numpy_style_mlp_with_maximum_folds_into_one_program_for_every_batch_len
         numpy_style(t, X, y).backward()
         np.testing.assert_allclose(t.grad, g, rtol=1e-12, atol=1e-15)
     compiled = vg._last.compiled
-    assert compiled.kind == "folded"
+    assert compiled.facts.kind == "folded"
     assert "Generic in the batch length n" in compiled.explanation
     assert "for i in range(n):" in compiled.source and "max(" in compiled.source
     assert "interpreter" not in compiled.explanation

@@ -35,7 +35,6 @@ from ..diff.forward import (
     permute_inputs,
     vjp_tape,
 )
-from ..emit.codegen import code_facts
 from ..ir.outputs import OutLayout, join, leaves, map_leaves, size
 from ..ir.passes import simplify
 from ..ir.tape import Param, Tape, forward_sweep
@@ -151,18 +150,18 @@ class Derived(Transformed):
         clock = time.perf_counter()
         params = self._params(self._names(len(args)), key)
         fname, doc = self._fname_doc()
-        from ..backend.jit import BasisCompiled, Compiled  # Numba is imported on first compile
+        from ..backend.compiled import BasisCompiled, compile_tape  # (Numba: on first compile)
 
         if basis is None:
-            compiled = Compiled(code, params, fname, f"{doc}; {note}")
+            compiled = compile_tape(code, params, fname, f"{doc}; {note}")
         else:
             m, dest = basis
-            one = Compiled(code, [*params, Param("e", m)], f"{fname}_one", f"{doc}; {note}")
+            one = compile_tape(code, [*params, Param("e", m)], f"{fname}_one", f"{doc}; {note}")
             compiled = BasisCompiled(one, params, m, dest, layout.n_out, fname)
         self._stages["generate and compile"] = time.perf_counter() - clock
         how = f"{_WHAT[self.mode].capitalize()} by {note}"
         compiled.explanation = f"{how}. {compiled.explanation}"
-        compiled.facts = dataclasses.replace(code_facts(compiled), how=how)
+        compiled.facts = dataclasses.replace(compiled.facts, how=how)
         spec = Specialisation(tape, compiled, [], self.mode, False, layout)
         return self._keep(key, spec)
 

@@ -42,10 +42,10 @@ from typing import Any
 
 import numpy as np
 
+from ..backend.program import CompiledProgram, GuardCheck
 from ..emit.codegen import literal, straight_line
 from ..ir.outputs import OutLayout, size
-from ..ir.tape import INPUT, Guard, Param, Tape
-from .transform import AtLength
+from ..ir.tape import Param
 
 TRANSFORMS = ("value", "grad", "value_and_grad", "jacobian", "hessian", "hvp", "jvp")
 TARGETS = ("python", "c")
@@ -90,7 +90,7 @@ def export(
                 f"{t.fun_name}() reads {t.captures.hidden[0].what} from outside its arguments; "
                 "the C export takes only the arguments: pass that data as an argument"
             )
-        if isinstance(spec.compiled, AtLength):  # C needs the tape of exactly this length
+        if spec.compiled.facts.generic:  # C needs the tape of exactly this length
             spec = t.traced_spec(*example_args)
         text = _c_module(spec, params, fname, doc, what)
     else:
@@ -194,26 +194,13 @@ def _where(where: str) -> str:
     return f"{short}: {text}" if text else short
 
 
-def _guard_messages(tape: Tape, params: Sequence[Param]) -> list[str]:
-    """One line per guard of ``tape``: the comparison (inputs by name) and the line."""
-    names: dict[int, str] = {}
-    flat = [
-        p.name if p.size is None else f"{p.name}[{k}]" for p in params for k in range(p.size or 1)
-    ]
-    names.update(zip(tape.inputs, flat))
-
-    def side(i: int) -> str:
-        node = tape.nodes[i]
-        if node.op == INPUT:
-            return names.get(i, tape.name(i))
-        return tape.operand(i)
-
-    return [_message(f"{side(g.a)} {g.cmp} {side(g.b)}", g) for g in tape.guards]
+def _guard_messages(program: CompiledProgram) -> list[str]:
+    """One line per guard ``program`` checks: the comparison (inputs by name) and the line."""
+    return [_message(g) for g in program.guards]
 
 
-def _message(cond: str, g: Guard | tuple) -> str:
-    expected, where = (g.expected, g.where) if isinstance(g, Guard) else g
-    return f"{cond} was {expected} when traced, at {_where(where)}"
+def _message(g: GuardCheck) -> str:
+    return f"{g.condition} was {g.expected} when traced, at {_where(g.where)}"
 
 
 _GUARD = re.compile(r"^(\s*)if (.*):  # guard: (.*) was (True|False)(?: at (.*))?$")
@@ -253,12 +240,14 @@ def with_status(source: str) -> tuple[str, list[str]]:
             # a loop of guards (loops.ir.GuardLoop): one number, and one message, per element
             var, first = loop[2], len(messages) + 1
             for r in range(int(loop[3])):
-                messages.append(_message(_at(g[3], var, r), (g[4] == "True", g[5] or "")))
+                messages.append(
+                    _message(GuardCheck(_at(g[3], var, r), g[4] == "True", g[5] or ""))
+                )
             out += [line, lines[k + 1].replace("return False", f"return {first} + {var}")]
             k += 2
             continue
         if g and nxt == "return False":
-            messages.append(_message(g[3], (g[4] == "True", g[5] or "")))
+            messages.append(_message(GuardCheck(g[3], g[4] == "True", g[5] or "")))
             out += [line, lines[k + 1].replace("return False", f"return {len(messages)}")]
             k += 2
             continue
@@ -289,30 +278,44 @@ def _array_literal(a: np.ndarray, dtype: str = "float64") -> str:
     return f"np.array([{items}], dtype=np.{dtype}){shape}"
 
 
-def _python_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
+def _python_kernel(
+    compiled: CompiledProgram, params: Sequence[Param], fname: str, doc: str
+) -> Kernel:
     """The kernel of compiled code of any kind, as Python source with a status."""
-    from ..backend.jit import BasisCompiled, LoopCompiled
+    return compiled.visit(_PythonKernels(params, fname, doc))
 
-    if isinstance(compiled, BasisCompiled):
-        return _basis_kernel(compiled, params, fname, doc)
-    if isinstance(compiled, AtLength):
-        gen, n = compiled.gen, compiled.n
-        a, b = gen.work_size
-        return _folded_kernel(gen.source, fname, gen.columns, a * n + b, [], [str(n)])
-    if isinstance(compiled, LoopCompiled):
-        return _folded_kernel(compiled.source, fname, compiled.columns, compiled.work_size, [], [])
-    if compiled.kind == "folded":
-        f = compiled.folded
-        return _folded_kernel(f.source, fname, f.columns, f.work_size, f.code.functions, [])
-    if compiled.kind == "straight-line":
-        tape = compiled.tape
-        src = straight_line(tape, fname, params, doc, status=True)
-        return Kernel(fname, src, _guard_messages(tape, params))
-    return _interpreter_kernel(compiled, params, fname)
+
+@dataclass
+class _PythonKernels:
+    """Each kind of compiled code as a :class:`Kernel` (a ``program.ProgramVisitor``)."""
+
+    params: Sequence[Param]
+    fname: str
+    doc: str
+
+    def straight_line(self, program: CompiledProgram) -> Kernel:
+        src = straight_line(program.tape, self.fname, self.params, self.doc, status=True)
+        return Kernel(self.fname, src, _guard_messages(program))
+
+    def folded(
+        self,
+        program: CompiledProgram,
+        source: str,
+        columns: np.ndarray,
+        work: int,
+        lead: tuple[int, ...],
+    ) -> Kernel:
+        return _folded_kernel(source, self.fname, columns, work, [str(n) for n in lead])
+
+    def interpreter(self, program: CompiledProgram, opcodes: Any) -> Kernel:
+        return _interpreter_kernel(program, opcodes, self.params, self.fname)
+
+    def basis(self, program: CompiledProgram, one: CompiledProgram, m: int, dest: Any) -> Kernel:
+        return _basis_kernel(one, m, dest, self.params, self.fname, self.doc)
 
 
 def _folded_kernel(
-    source: str, fname: str, columns: np.ndarray, work: int, functions: list[str], lead: list[str]
+    source: str, fname: str, columns: np.ndarray, work: int, lead: list[str]
 ) -> Kernel:
     defs, messages = with_status(_body(source))
     cols = f"_COLUMNS_{fname}"
@@ -323,15 +326,20 @@ def _folded_kernel(
         [(f"_work_{fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)],
         [f"{cols} = {_array_literal(columns)}"],
         lead,
-        list(functions),
     )
 
 
-def _basis_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) -> Kernel:
-    """A loop over the basis vectors around the kernel of one (a Jacobian or Hessian)."""
-    m = compiled.one.params[-1].size
-    inner = _python_kernel(compiled.one, [*params, Param("e", m)], f"{fname}_one", doc)
-    dest = compiled_dest(compiled)
+def _basis_kernel(
+    one: CompiledProgram,
+    m: int,
+    dest: np.ndarray,
+    params: Sequence[Param],
+    fname: str,
+    doc: str,
+) -> Kernel:
+    """A loop over the ``m`` basis vectors around the kernel of ``one`` (a Jacobian or
+    Hessian); entry ``i`` of the result for ``e_j`` goes to ``out[dest[j, i]]``."""
+    inner = _python_kernel(one, [*params, Param("e", m)], f"{fname}_one", doc)
     k = dest.shape[1]
     args = [p.name for p in params]
     extras = [e for e, _ in inner.extras]
@@ -362,17 +370,13 @@ def _basis_kernel(compiled: Any, params: Sequence[Param], fname: str, doc: str) 
     )
 
 
-def compiled_dest(compiled: Any) -> np.ndarray:
-    """Where entry ``i`` of basis vector ``j``'s result goes (``dest[j, i]``) in a
-    BasisCompiled: the array its Numba loop reads as the global ``_dest``."""
-    return np.asarray(compiled.fn.py_func.__globals__["_dest"], dtype=np.int64)
-
-
-def _interpreter_kernel(compiled: Any, params: Sequence[Param], fname: str) -> Kernel:
-    """The tape interpreter with its program as literals; ``check`` returns a status."""
+def _interpreter_kernel(
+    compiled: CompiledProgram, p: Any, params: Sequence[Param], fname: str
+) -> Kernel:
+    """The tape interpreter with its opcode program ``p`` as literals; ``check``
+    returns a status."""
     from ..emit.codegen import interpreter_source
 
-    p = compiled.program
     run = interpreter_source().split("\n\n\ndef check")[0].replace("def run(", f"def {fname}_run(")
     cmps = ["<", "<=", ">", ">=", "==", "!="]
     args = ", ".join(p.name for p in params)
@@ -416,7 +420,7 @@ def _interpreter_kernel(compiled: Any, params: Sequence[Param], fname: str) -> K
     return Kernel(
         fname,
         run + "\n\n" + "\n".join(lines) + "\n",
-        _guard_messages(compiled.tape, params),
+        _guard_messages(compiled),
         [("_P", const)],
         [f"{const} = (\n" + "".join(f"    {a},\n" for a in arrays) + ")"],
         [],
@@ -565,25 +569,42 @@ def c_header(source: str) -> str:
     return head + HEADER_END + "\n"
 
 
-def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -> str:
-    from ..backend.jit import BasisCompiled
+@dataclass
+class _CCode:
+    """Each kind of compiled code as C: ``(code, guard messages)`` (a
+    ``program.ProgramVisitor``). C is printed as straight-line code of the
+    unrolled code tape, whatever kind of code adcompile itself compiled (folded
+    loops are printed unrolled: a long file, but one any C compiler takes)."""
 
-    compiled = spec.compiled
+    params: list[Param]
+    fname: str
+    doc: str
+    sig_params: list[str]
+
+    def straight_line(self, program: CompiledProgram) -> tuple[str, list[str]]:
+        code = straight_line(program.tape, self.fname, self.params, self.doc, lang="c")
+        return code, _guard_messages(program)
+
+    def folded(self, program: CompiledProgram, *how: Any) -> tuple[str, list[str]]:
+        return self.straight_line(program)
+
+    def interpreter(self, program: CompiledProgram, opcodes: Any) -> tuple[str, list[str]]:
+        return self.straight_line(program)
+
+    def basis(
+        self, program: CompiledProgram, one: CompiledProgram, m: int, dest: Any
+    ) -> tuple[str, list[str]]:
+        prm = [*self.params, one.params[-1]]
+        inner = straight_line(one.tape, f"{self.fname}_one", prm, self.doc, lang="c")
+        loop = _c_basis(dest, self.params, self.fname, self.sig_params)
+        return "static " + inner + "\n" + loop, _guard_messages(one)
+
+
+def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -> str:
     sig_params = [
         f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
     ]
-    messages: list[str]
-    # C is printed as straight-line code of the unrolled code tape, whatever kind
-    # of code adcompile itself compiled (folded loops are printed unrolled: a long
-    # file, but one any C compiler takes)
-    if isinstance(compiled, BasisCompiled):
-        one = compiled.one
-        inner = straight_line(one.tape, f"{fname}_one", [*params, one.params[-1]], doc, lang="c")
-        messages = _guard_messages(one.tape, [*params, one.params[-1]])
-        code = "static " + inner + "\n" + _c_basis(compiled, params, fname, sig_params)
-    else:
-        code = straight_line(compiled.tape, fname, params, doc, lang="c")
-        messages = _guard_messages(compiled.tape, params)
+    code, messages = spec.compiled.visit(_CCode(params, fname, doc, sig_params))
     proto = f"int {fname}({', '.join([*sig_params, 'double* out'])});"
     doc_lines = [
         f"{what}, exported by adcompile as C99 (only <math.h>).",
@@ -631,9 +652,9 @@ def _layout_lines(layout: OutLayout) -> list[str]:
     return lines
 
 
-def _c_basis(compiled: Any, params: list[Param], fname: str, sig_params: list[str]) -> str:
-    """The C loop over basis vectors around ``fname_one``."""
-    dest = compiled_dest(compiled)
+def _c_basis(dest: np.ndarray, params: list[Param], fname: str, sig_params: list[str]) -> str:
+    """The C loop over basis vectors around ``fname_one``: entry ``i`` of the result for
+    ``e_j`` goes to ``out[dest[j, i]]``."""
     m, k = dest.shape
     rows = ",\n".join("    {" + ", ".join(str(int(x)) for x in row) + "}" for row in dest)
     args = "".join(f"{p.name}, " for p in params)

@@ -27,9 +27,10 @@ import numpy as np
 
 from .. import pipeline
 from ..backend import batch, entries
+from ..backend.program import CompiledProgram
 from ..diff.interpret import first_nonfinite
 from ..diff.reverse import grad_tape
-from ..emit.codegen import CodeFacts, code_facts
+from ..emit.codegen import CodeFacts
 from ..emit.fold import batch_source
 from ..ir.ops import OPS
 from ..ir.outputs import OutLayout, assemble, flatten_output
@@ -65,7 +66,7 @@ ANNOUNCE_AFTER = 1.0
 
 
 def summary(facts: CodeFacts) -> str:
-    """What compiled code is, in a few words, from its facts (``codegen.code_facts``):
+    """What compiled code is, in a few words, from its facts (``CompiledProgram.facts``):
     "folded into loops: 24 statements for 197 operations" ..."""
     if facts.kind == "folded":
         what = (
@@ -103,15 +104,6 @@ class CompileEvent:
         )
 
 
-def _from_disk(compiled: Any) -> bool:
-    """Whether Numba loaded ``compiled``'s machine code from its disk cache."""
-    for holder in (compiled, getattr(compiled, "gen", None), getattr(compiled, "folded", None)):
-        stats = getattr(getattr(holder, "fn", None), "stats", None)
-        if stats is not None:
-            return sum(stats.cache_hits.values()) > 0
-    return False
-
-
 def _key_text(key: tuple) -> str:
     return ", ".join(shape_text(s) for s in key) or "no arguments"
 
@@ -144,9 +136,9 @@ class _Announce:
             flush=True,
         )
 
-    def done(self, compiled: Any) -> None:
+    def done(self, compiled: CompiledProgram) -> None:
         """What was compiled (see :func:`summary`)."""
-        self.what = summary(code_facts(compiled))
+        self.what = summary(compiled.facts)
 
     def __exit__(self, *exc: Any) -> None:
         if self.timer is None:
@@ -390,19 +382,6 @@ def trace(f: Callable, *args: Any) -> Tape:
 # ------------------------------------------------------------------ transforms
 
 
-class AtLength:
-    """Batch-generic code (``adcompile.batch``) bound to one batch length."""
-
-    def __init__(self, gen: Any, n: int) -> None:
-        self.gen, self.n = gen, n
-        self.kind, self.source, self.explanation = gen.kind, gen.source, gen.explanation
-        self.n_out = gen.n_out  # (vmap sizes its outputs by it)
-        self.tape = gen.tape
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.gen.call_n(self.n, *args)
-
-
 class Specialisation:
     """One compiled path of a function: its tape, code and output layout.
 
@@ -412,7 +391,7 @@ class Specialisation:
     def __init__(
         self,
         tape: Tape | None,
-        compiled: Any,
+        compiled: CompiledProgram,
         layout: list,
         mode: str,
         many: bool,
@@ -426,7 +405,6 @@ class Specialisation:
         self.out = _out_layout(layout, mode, many) if out is None else out
         self.unpack = _unpacker(layout, mode, many) if out is None else out.unpack
         self.entry: Callable | None = None  # the fast path of calls like the last one
-        self.numba: Callable | None = None  # its Numba entry (Transformed.numba)
         self.direct: float | None = None  # seconds its direct entry took (once hot)
 
 
@@ -945,17 +923,17 @@ class Transformed:
             batches = dict(self._batches)
             found = self._batch_call(key, args, flat)
             if found is not None:
-                announce.done(found[0].compiled)
-                gen = found[0].compiled.gen
+                spec, out, n = found
+                announce.done(spec.compiled)
+                gen = spec.compiled.generic
                 new = not any(g is gen for g in batches.values())
-                n = found[0].compiled.n
                 if new:
                     lengths = ", ".join(map(str, gen.lengths))
                     reason += f"; traced at batch lengths {lengths}, one program for every length"
                 else:
                     reason += f"; batch length {n} served by the code generic in the batch length"
-                self._record(reason, found[0], clock, key, traced=new)
-                return found
+                self._record(reason, spec, clock, key, traced=new)
+                return spec, out
             spec = self._specialise(key, args)
             announce.done(spec.compiled)
             self._record(reason, spec, clock, key)
@@ -1011,14 +989,14 @@ class Transformed:
         self, reason: str, spec: Specialisation, clock: float, key: tuple, traced: bool = True
     ) -> None:
         """Keep the event; with ``ADCOMPILE_LOG=compiles``, print it on stderr."""
-        facts = code_facts(spec.compiled)
+        facts = spec.compiled.facts
         event = CompileEvent(
             reason,
             summary(facts),
             time.perf_counter() - clock,
             dict(self._stages) if traced else {},
             key,
-            _from_disk(spec.compiled) if traced else False,
+            spec.compiled.from_disk if traced else False,
             traced,
             facts,
         )
@@ -1033,7 +1011,7 @@ class Transformed:
         return [0] if self.leaves is not None else self._wrt(nargs)
 
     def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
-        """(spec, out) from code generic in the batch length, or None.
+        """(spec, out, the batch length) from code generic in the batch length, or None.
 
         Only for gradients: their data arguments (those not differentiated) are
         the batch. ``jit`` has no such split; there a new shape traces again.
@@ -1051,18 +1029,21 @@ class Transformed:
                 return None
         elif not gen.serves(n):
             return None  # shorter than any length traced, or its branches on n differ here
-        if not isinstance(gen, batch.BatchCompiled):  # none yet (None, or Deferred)
+        params = self._params(self._names(len(args)), key)
+        program = None if gen is None else gen.at(n, params)
+        if program is None:  # no code yet (none tried, or a batch.Deferred)
             gen = self._batches[gkey] = self._compile_batch(key, args, which, n)
-            if not isinstance(gen, batch.BatchCompiled):
+            program = None if gen is None else gen.at(n, params)
+            if program is None:
                 return None
-        ok, out = gen.call_n(n, *flat)
-        if not ok or not self._same_value(args, out[0], flat, gen, n):
+        ok, out = program(*flat)
+        if not ok or not self._same_value(args, out[0], flat, program):
             return None  # other branches, or f treats this length differently
-        spec = Specialisation(None, AtLength(gen, n), self._layout(key)[0], self.mode, self._many)
+        spec = Specialisation(None, program, self._layout(key)[0], self.mode, self._many)
         specs = self._specs.setdefault(key, [])
         specs.insert(0, spec)
         del specs[MAX_SPECIALISATIONS:]
-        return spec, out
+        return spec, out, n
 
     def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int], n: int) -> Any:
         """Trace at a few small lengths and compile one program for every length that
@@ -1160,12 +1141,16 @@ class Transformed:
             ks,
             guards,
             loops.facts,
+            loops.timings,
         )
         self._stages["compile"] = time.perf_counter() - clock
         return gen
 
-    def _same_value(self, args: Sequence[Any], value: float, flat: list, gen: Any, n: int) -> bool:
-        """Whether ``f`` run on plain numbers agrees with the generic code ``gen``.
+    def _same_value(
+        self, args: Sequence[Any], value: float, flat: list, program: CompiledProgram
+    ) -> bool:
+        """Whether ``f`` run on plain numbers agrees with the generic code at one
+        length, ``program``.
 
         Compared at a point near the call's, moved in the differentiated
         arguments, where a term that vanishes at the call's point (``0.5 *
@@ -1174,7 +1159,7 @@ class Transformed:
         ``f`` cannot run on numbers: the length is then traced as it is."""
         leaves = list(self.leaves()) if self.leaves is not None else None
         moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)))
-        ok, out = gen.call_n(n, *moved_flat)
+        ok, out = program(*moved_flat)
         if ok:
             got = batch.run_plain(self.fun, self._visible(moved), leaves)
             if got is not None and got == got:
@@ -1268,10 +1253,10 @@ class Transformed:
         if tape.tree is not None:  # jit of a function returning several numbers
             params = self._params(self._names(len(args)), key)
 
-            def build_tree() -> Any:
-                from ..backend.jit import Compiled
+            def build_tree() -> CompiledProgram:
+                from ..backend.compiled import compile_tape  # Numba is imported on first compile
 
-                return Compiled(tape, params, *self._fname_doc())
+                return compile_tape(tape, params, *self._fname_doc())
 
             compiled = self._shared(tape, ("tree", params), build_tree)
             spec = Specialisation(tape, compiled, [], "jit", False, OutLayout.of_tree(tape.tree))
@@ -1282,8 +1267,8 @@ class Transformed:
         context = ("jit" if wrt is None else "vjp", params, positions, wrt)
         fname = self._fname_doc()[0]
 
-        def restore(record: dict) -> Any:
-            from ..backend.jit import LoopCompiled
+        def restore(record: dict) -> CompiledProgram:
+            from ..backend.compiled import LoopCompiled
 
             if record.get("kind") != "loops":
                 raise ValueError(record.get("kind"))
@@ -1339,8 +1324,9 @@ class Transformed:
                         self._stages["restored from the disk cache"] = time.perf_counter() - clock
                         return compiled
             compiled = build()
-            if on_disk and hasattr(compiled, "record"):
-                write_record(digest, compiled.record())
+            record = compiled.record() if on_disk else None
+            if record is not None:
+                write_record(digest, record)
             return compiled
 
         # shared between transforms of one function (each test's own functions)
@@ -1515,9 +1501,8 @@ class Transformed:
         spec = t.last
         if spec is None:
             return "no specialisation recorded"
-        compiled = spec.compiled
-        text = summary(code_facts(compiled))
-        if getattr(spec, "direct", None) is not None:
+        text = summary(spec.compiled.facts)
+        if spec.direct is not None:
             text += ", with a direct entry (hot)"
         traced = sum(e.traced for e in t.events)
         text += f"; {traced} trace{'s' * (traced != 1)} so far"
@@ -1531,7 +1516,7 @@ class Transformed:
         (``codegen.CodeFacts``: its kind, operations, statements, loops)."""
         if self._last is None:
             raise AttributeError(f"{self._name}() has not been compiled yet: call it once")
-        return code_facts(self._last.compiled)
+        return self._last.compiled.facts
 
     def code_for(self, *args: Any) -> str:
         """The generated source for these arguments (compiling if needed)."""
@@ -1580,15 +1565,7 @@ class Transformed:
     def numba_of(self, spec: Specialisation, key: tuple) -> Callable:
         """The Numba function of ``spec`` (see ``numba``), made once. Its arguments
         are those of ``key``: the hidden inputs' values, if any, last."""
-        if spec.numba is None:
-            from ..backend.jit import numba_entry  # the one place Numba is imported
-
-            params = self._params(self._names(len(key)), key)
-            if isinstance(spec.compiled, AtLength):
-                spec.numba = numba_entry(spec.compiled.gen, params, spec.compiled.n)
-            else:
-                spec.numba = numba_entry(spec.compiled, params)
-        return spec.numba
+        return spec.compiled.numba
 
 
 # names generated code uses besides the arguments: an argument of the same name is

@@ -185,12 +185,13 @@ def _run_cuda(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) 
     from ..backend.jit import cuda_vmap_kernel
 
     compiled = spec.compiled
-    if compiled.kind != "straight-line":
+    native = compiled.native
+    if native is None or native.device is None:
         raise NotImplementedError(
             f"vmap(device='cuda') runs straight-line code only; this function compiled "
-            f"to {compiled.kind} code ({compiled.explanation}). Use device='cpu'"
+            f"to {compiled.facts.kind} code ({compiled.explanation}). Use device='cpu'"
         )
-    return cuda_vmap_kernel(compiled.fn.py_func, kinds, args, n, n_out)
+    return cuda_vmap_kernel(native.device, kinds, args, n, n_out)
 
 
 def vmap(fun: Callable, in_axes: Any = 0, *, device: str = "cpu") -> Vmapped:

@@ -11,7 +11,8 @@ programs are made one program in n (``loops.generic.generalise``, driven by
 and serves every batch length, the last short batch included.
 
 This module says which arguments are the batch (``batched``) and holds the
-compiled code (``BatchCompiled``).
+compiled code (``BatchCompiled``), which makes the compiled program of each
+batch length (``AtLength``).
 
 Python code may treat some lengths differently (``if len(y) >= 16``,
 ``X[:12]``, ``range(min(n, 10))``). The traces record each comparison made
@@ -27,6 +28,7 @@ the call's); where they differ, that length is traced as it is.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -37,6 +39,16 @@ from ..ir.tape import Param, Tape
 from ..trace.lengths import Guard, holds
 from ..trace.tensor import tensor
 from ..trace.value import Value, debug_nans, no_grad
+from .program import (
+    CompiledProgram,
+    DirectFunction,
+    DirectPlan,
+    GuardCheck,
+    NativeCall,
+    ProgramVisitor,
+    T,
+    guard_checks,
+)
 
 #: Batches shorter than this are traced as they are.
 MIN_LENGTH = 16
@@ -65,12 +77,10 @@ def batched(
 
 
 class BatchCompiled:
-    """Folded code for any batch length: ``call_n(n, *flat) -> (ok, outputs)``.
-
-    ``fn(n, *flat, work, columns, out) -> ok`` is the Numba function itself.
+    """Folded code for any batch length: ``fn(n, *flat, work, columns, out) -> ok``
+    is its Numba function. It is not a program of its own: :meth:`at` makes the
+    compiled program (``program.CompiledProgram``) for one batch length.
     """
-
-    kind = "folded"
 
     def __init__(
         self,
@@ -84,26 +94,34 @@ class BatchCompiled:
         explanation: str,
         tape: Tape | Callable[[], Tape],
         lengths: tuple[int, ...],
-        guards: Sequence[Guard] = (),
+        length_guards: Sequence[Guard] = (),
         facts: CodeFacts | None = None,
+        timings: dict[str, float] | None = None,
     ) -> None:
-        from .jit import compile_folded_source  # the Numba side, imported on use
+        from .compiled import compile_folded_source  # the Numba side, imported on use
 
+        clock = time.perf_counter()
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
-        self.guards = tuple(guards)  # ... at which the code's comparisons on n answer as traced
+        # ... at which the code's comparisons on n answer as traced
+        self.length_guards = tuple(length_guards)
         self.source = source
         self.explanation = explanation
         self.facts = facts  # what the code is, in numbers (``api.summary``)
+        self.params = list(params)  # at the largest length traced
         self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
         self.fn = compile_folded_source(source, fname, functions, params, "int64")
         self.work_size = work  # (a, b): the work array holds a * n + b values
         self.columns = columns
         self.n_out = n_out
-        self._local = threading.local()
+        self.timings = {**(timings or {}), "compile": time.perf_counter() - clock}
 
     def serves(self, n: int) -> bool:
         """Whether this code answers for batch length ``n``."""
-        return n >= self.lengths[0] and holds(self.guards, n)
+        return n >= self.lengths[0] and holds(self.length_guards, n)
+
+    def at(self, n: int, params: Sequence[Param]) -> AtLength:
+        """The compiled program of batch length ``n``, whose arguments are ``params``."""
+        return AtLength(self, n, params)
 
     @property
     def tape(self) -> Tape:
@@ -112,14 +130,55 @@ class BatchCompiled:
             self._tape = self._tape()
         return self._tape
 
-    def call_n(self, n: int, *args: Any) -> tuple[bool, np.ndarray]:
-        """Run for batch length ``n`` on flat float arguments."""
-        size = max(self.work_size[0] * n + self.work_size[1], 1)
-        work = getattr(self._local, "work", None)
-        if work is None or len(work) < size:
-            work = self._local.work = np.empty(size)
+
+class AtLength(CompiledProgram):
+    """Batch-generic code (:class:`BatchCompiled`, its ``generic``) run at one batch
+    length ``n``: ``generic.fn(n, *args, work, columns, out) -> ok``."""
+
+    gets_direct_entry = True
+
+    def __init__(self, generic: BatchCompiled, n: int, params: Sequence[Param]) -> None:
+        self.generic, self.n, self.params = generic, n, list(params)
+        self.source, self.explanation = generic.source, generic.explanation
+        self.facts, self.n_out = generic.facts, generic.n_out
+        self.timings = dict(generic.timings)
+        a, b = generic.work_size
+        self.work = max(a * n + b, 1)
+        self.local = threading.local()  # per thread, ``work``: its work array
+
+    @property
+    def tape(self) -> Tape:
+        """The generic code's unrolled tape at the largest length traced."""
+        return self.generic.tape
+
+    def _guard_checks(self) -> tuple[GuardCheck, ...]:
+        return guard_checks(self.generic.tape, self.generic.params)
+
+    @property
+    def native(self) -> NativeCall:
+        g = self.generic
+        return NativeCall(g.fn, (self.n,), self.work, g.columns, self.local)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        work = getattr(self.local, "work", None)
+        if work is None:
+            work = self.local.work = np.empty(self.work)
         out = np.empty(self.n_out)
-        return self.fn(n, *args, work, self.columns, out), out
+        g = self.generic
+        return g.fn(self.n, *args, work, g.columns, out), out
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.folded(self, self.source, self.generic.columns, self.work, (self.n,))
+
+    def direct(self, plan: DirectPlan) -> DirectFunction:
+        from .compiled import direct_native  # (Numba is imported on use)
+
+        return direct_native(self.native, self.n_out, plan)
+
+    def _make_numba(self) -> Callable:
+        from .compiled import native_entry  # (Numba is imported on use)
+
+        return native_entry(self.params, self.native)
 
 
 class Deferred:
@@ -134,6 +193,10 @@ class Deferred:
     def serves(self, n: int) -> bool:
         """Whether generic code made now might answer for batch length ``n``."""
         return n >= MIN_LENGTH and holds(self.guards, n)
+
+    def at(self, n: int, params: Sequence[Param]) -> None:
+        """No program yet (as :meth:`BatchCompiled.at`, which makes one)."""
+        return None
 
 
 # ------------------------------------------------------------------ checking

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from ..emit.codegen import code_facts
 from ..ir.outputs import OutLayout
-from ..ir.tape import Tape
 from ..trace.value import DEFAULT_MODE, MODE
+from .program import DirectPlan
 
 F64_DTYPE = np.dtype(np.float64)
 Specialisation = Any  # api.Specialisation (api imports this module, not the reverse)
@@ -82,31 +81,30 @@ def entry(
         lines.append(f"        {to_general(visible)}")
         flat.append(name if shape is None or len(shape) == 1 else f"{name}.ravel()")
     compiled = spec.compiled
-    folded = getattr(compiled, "folded", None)
-    direct = compiled.fn if compiled.kind == "straight-line" else None
-    if direct is not None:  # straight-line code: call the Numba function itself
-        lines.append(f"    out = empty({compiled.n_out})")
-        lines.append(f"    if not fn({', '.join([*flat, 'out'])}):")
-    elif folded is not None:  # folded code: the same, with this thread's work array
-        direct = folded.fn
-        lines.append("    work = getattr(local, 'work', None)")
-        lines.append("    if work is None:")
-        lines.append(f"        {to_general(visible)}")
-        lines.append(f"    out = empty({compiled.n_out})")
-        lines.append(f"    if not fn({', '.join([*flat, 'work', 'columns', 'out'])}):")
-    else:
+    call = compiled.native
+    if call is None:  # no Numba function of its own: through its ``call``
         lines.append(f"    ok, out = call({', '.join(flat)})")
         lines.append("    if not ok:")
+    else:  # the Numba function itself (with this thread's work array, if it takes one)
+        called = [*map(str, call.lead), *flat]
+        if call.work is not None:
+            lines.append("    work = getattr(local, 'work', None)")
+            lines.append("    if work is None:")
+            lines.append(f"        {to_general(visible)}")
+            called += ["work", "columns"]
+        lines.append(f"    out = empty({compiled.n_out})")
+        lines.append(f"    if not fn({', '.join([*called, 'out'])}):")
     lines.append(f"        {to_general(visible)}")
     if hot is not None:
         lines += ["    calls[0] += 1", f"    if calls[0] == {HOT_CALLS}:", "        hot()"]
     lines.append(f"    return {result_text(spec.out)}")
     ns = entry_names(slow)
-    ns.update(fn=native(direct), call=spec.call, hot=hot, calls=[0], check=check)
-    if folded is not None:
-        ns.update(local=folded.local, columns=folded.columns)
+    ns.update(call=spec.call, hot=hot, calls=[0], check=check)
+    if call is not None:
+        ns.update(fn=native(call.fn), local=call.local, columns=call.columns)
     ns.update(readers(hidden))
-    exec(compile("\n".join(lines), f"<adcompile entry of {compiled.kind} code>", "exec"), ns)
+    what = f"<adcompile entry of {compiled.facts.kind} code>"
+    exec(compile("\n".join(lines), what, "exec"), ns)
     return ns["entry"]
 
 
@@ -189,18 +187,18 @@ def entry_names(slow: Callable) -> dict[str, Any]:
 
 
 def hot_ready(spec: Specialisation, key: tuple) -> bool:
-    """Whether ``spec`` may get a direct entry once hot: straight-line code of
-    at most ``HOT_SLOTS`` slots, or folded code of at most ``HOT_FOLDED_STATEMENTS``
-    statements, of floats and 1-D arrays."""
+    """Whether ``spec`` may get a direct entry once hot: code that takes one
+    (``CompiledProgram.gets_direct_entry``), of floats and 1-D arrays, and by its
+    facts small: straight-line code of at most ``HOT_SLOTS`` slots, folded code
+    of at most ``HOT_FOLDED_STATEMENTS`` statements."""
     if not all(shape is None or len(shape) == 1 for shape in key):
         return False
-    compiled = spec.compiled
-    kind = getattr(compiled, "kind", "")
-    if kind == "folded":  # (its unrolled tape may not exist: not asked for)
-        code = getattr(compiled, "folded", None) or getattr(compiled, "gen", None)
-        return code is not None and code_facts(compiled).statements <= HOT_FOLDED_STATEMENTS
-    tape = getattr(compiled, "tape", None)
-    return kind == "straight-line" and isinstance(tape, Tape) and len(tape) <= HOT_SLOTS
+    if not spec.compiled.gets_direct_entry:
+        return False
+    facts = spec.compiled.facts
+    if facts.kind == "folded":
+        return facts.statements <= HOT_FOLDED_STATEMENTS
+    return facts.slots <= HOT_SLOTS
 
 
 def worth_it(spec: Specialisation, key: tuple) -> bool:
@@ -231,62 +229,37 @@ def direct_entry(
     checked here, where Numba would convert them). Scalars come back as
     the Numba function's result, arrays are allocated here and filled there.
 
-    Straight-line code is compiled once more with its outputs placed so
-    (``jit.compile_direct``); folded code is called by a small Numba function
-    that places them (``jit.compile_direct_folded``), with scratch space kept
-    per thread.
+    The compiled code makes the Numba function (``CompiledProgram.direct``):
+    straight-line code is compiled once more with its outputs placed so;
+    folded code is called by a small Numba function that places them, with
+    scratch space kept per thread.
     """
-    from ..emit.codegen import Outputs
-    from .jit import compile_direct, compile_direct_folded  # the one place Numba is imported
-
-    compiled = spec.compiled
-    folded = compiled.kind == "folded"
-    params = [] if folded else compiled.params
-    taken = {p.name for p in params}
-
-    def fresh(name: str) -> str:
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        return name
-
     parts = spec.out.parts
     scalars = [k for k, (_, shape) in enumerate(parts) if shape is None]
     arrays = [k for k, (_, shape) in enumerate(parts) if shape is not None]
     sizes = {k: int(np.prod(parts[k][1])) for k in arrays}
-    local = {k: f"out[{parts[k][0]}]" if folded else fresh(f"out_{k}") for k in scalars}
-    array = {k: fresh(f"out_{k}") for k in arrays}
     whole = not arrays and tuples_only(spec.out.tree)  # Numba returns the result itself
-    if whole:
-        success = result_text(spec.out, lambda k: local[k])
-    elif len(scalars) == 1:
-        success = local[scalars[0]]
-    elif scalars:
-        success = "(" + ", ".join(local[k] for k in scalars) + ")"
-    else:
-        success = "True"
-    scratch = 0
-    if folded:
-        placed = [(array[k], parts[k][0], sizes[k]) for k in arrays]
-        batch = getattr(compiled, "gen", None)  # batch-generic code at one length
-        fn, scratch = compile_direct_folded(
-            batch or compiled.folded,
-            [None if shape is None else shape[0] for shape in key],
-            f"{fname}_direct",
-            placed,
-            success,
-            compiled.n if batch is not None else None,
-        )
-    else:
-        targets = [""] * compiled.n_out
-        for k, (start, _) in enumerate(parts):
-            if k in local:
-                targets[start] = local[k]
-            else:
-                for i in range(sizes[k]):
-                    targets[start + i] = f"{array[k]}[{i}]"
-        outputs = Outputs(tuple(array[k] for k in arrays), tuple(targets), success)
-        fn = compile_direct(compiled.tape, params, f"{fname}_direct", outputs)
+
+    def success(local: dict[int, str]) -> str:
+        """What the direct function returns, given each scalar part's text."""
+        if whole:
+            return result_text(spec.out, lambda k: local[k])
+        if len(scalars) == 1:
+            return local[scalars[0]]
+        if scalars:
+            return "(" + ", ".join(local[k] for k in scalars) + ")"
+        return "True"
+
+    plan = DirectPlan(
+        f"{fname}_direct",
+        tuple(None if shape is None else shape[0] for shape in key),
+        tuple(parts),
+        success,
+    )
+    made = spec.compiled.direct(plan)
+    if made is None:
+        raise ValueError("this code gets no direct entry (see hot_ready)")
+    fn, scratch = made
     given = {k: f"g{k}" for k in arrays}
     returned = {k: "r" if len(scalars) == 1 else f"r[{n}]" for n, k in enumerate(scalars)}
 

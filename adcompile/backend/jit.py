@@ -10,7 +10,6 @@ op table and compiled once (then loaded from Numba's cache).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import hashlib
 import importlib.util
@@ -19,9 +18,7 @@ import linecache
 import os
 import sys
 import tempfile
-import textwrap
 import threading
-import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -33,17 +30,9 @@ import numba
 import numpy as np
 
 from ..emit.codegen import (
-    CodeFacts,
-    Outputs,
-    Param,
-    Program,
     digest,
     interpreter_source,
-    module_source,
-    straight_line,
-    to_program,
 )
-from ..ir.tape import Tape
 
 #: Tapes with more slots than this run on the tape interpreter instead of
 #: straight-line code (Numba needs about 1 ms per generated statement).
@@ -53,7 +42,6 @@ STRAIGHT_LINE_LIMIT = 1000
 FOLD_MIN_SLOTS = 200
 
 _lock = threading.Lock()
-_empty = np.empty
 _modules: dict[str, ModuleType] = {}
 #: Directories whose disk cache failed this process (path -> why): code is
 #: compiled in memory from then on, without Numba's cache.
@@ -371,25 +359,6 @@ def compile_now(fn: Callable, signature: Any) -> Callable:
     return dispatcher
 
 
-def compile_folded_source(
-    source: str, fname: str, functions: Sequence[str], params: Sequence[Param], lead: str = ""
-) -> Callable:
-    """Compile ``fname`` of folded ``source``: ``fname(lead?, *params, v, c, out) -> bool``.
-
-    ``functions`` are the outlined loop bodies it calls; Numba inlines them.
-    ``lead`` is the type of an argument before the parameters (``"int64"``
-    for the batch length of batch-generic code), or empty.
-    """
-    mod = load_source(source, fname)
-    for name in functions:
-        fn = getattr(mod, name)
-        if not hasattr(fn, "py_func"):  # not yet a Numba function (a reloaded module)
-            setattr(mod, name, njit(fn, inline=True))
-    arr = "float64[::1]"
-    types = ([lead] if lead else []) + ["float64" if p.size is None else arr for p in params]
-    return compile_now(getattr(mod, fname), f"boolean({', '.join(types + [arr] * 3)})")
-
-
 #: Compiled code by the digest of the tape it was made from (``Tape.digest``, with
 #: what else the code depends on), for every transform of this process: a trace
 #: that gives a tape seen before reuses its code. The most recent ``SHARED_CODES``
@@ -509,203 +478,18 @@ def clear_cache() -> int:
     return n
 
 
-class Compiled:
-    """A tape compiled to a function of flat float arguments (``force`` a kind,
-    ``why`` the reason given for it).
-
-    Calling it with the arguments (floats, or flat float64 arrays, as in
-    ``params``) returns ``(ok, outputs)``: ``ok`` is False when a guard
-    recorded while tracing does not hold for these inputs. Straight-line code
-    has its Numba function as ``fn(*args, out) -> ok``, folded code its
-    :class:`LoopCompiled` as ``folded``.
-    """
-
-    def __init__(
-        self,
-        tape: Tape,
-        params: Sequence[Param],
-        fname: str,
-        doc: str = "",
-        force: str | None = None,
-        why: str | None = None,
-    ) -> None:
-        self.tape = tape
-        self.params = list(params)
-        self.n_out = len(tape.outputs)
-        self._source: str | None = None
-        plan = None
-        searched = len(tape) >= FOLD_MIN_SLOTS  # (smaller tapes are not searched for loops)
-        if force == "folded" or (force is None and searched):
-            from ..emit.fold import loop_source  # the value code of the tape, folded into loops
-
-            plan = loop_source(tape, params, None, fname, doc, STRAIGHT_LINE_LIMIT)
-        if force is None:
-            kind = "straight-line" if len(tape) <= STRAIGHT_LINE_LIMIT else "interpreter"
-            if plan is not None:
-                kind = "folded"
-        elif force in ("straight-line", "folded", "interpreter"):
-            kind = force
-        else:
-            raise ValueError(
-                f"force={force!r}: choose 'straight-line', 'folded' or 'interpreter' (or None)"
-            )
-        self.kind = kind
-        if kind == "folded":
-            if plan is None:
-                raise ValueError(f"force='folded': the tape of {fname} does not fold into loops")
-            folded = self.folded = LoopCompiled(plan, params, fname, lambda: tape)
-            self.explanation = folded.explanation
-            self.source = folded.source
-            self.call = folded.call
-        elif kind == "straight-line":
-            why = (
-                "as asked"
-                if force
-                else "no repeated segments worth folding into loops"
-                if searched
-                else f"tapes under {FOLD_MIN_SLOTS} slots are not searched for loops"
-            )
-            self.explanation = (
-                f"Straight-line code: one statement per primitive ({tape.n_ops} operations; "
-                f"{why})."
-            )
-            self.source = module_source(
-                [_comment(self.explanation) + straight_line(tape, fname, params, doc)]
-            )
-            f64, arr = numba.types.float64, numba.types.float64[::1]
-            sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
-            self.fn = compile_now(getattr(load_source(self.source, fname), fname), sig)
-            self.call = self._call_straight
-        else:
-            self.program: Program = to_program(tape)
-            self.explanation = f"{len(tape)} slots, run on the compiled tape interpreter" + (
-                f": {why}."
-                if why
-                else " (as asked)."
-                if force
-                else f": straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
-                "to compile"
-                + (
-                    ", and folding repeated segments would not shorten it enough."
-                    if searched
-                    else "."
-                )
-            )
-            self._header = _comment(f"{fname}: {self.explanation}")  # (source: on use)
-            self._run, self._check = interpreter()
-            self.call = self._call_interpreter
-
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    @property
-    def source(self) -> str:
-        """The generated source; for the interpreter, the tape it runs, printed
-        when first asked for (a large tape takes seconds to print)."""
-        if self._source is None:
-            lines = str(self.tape).split("\n")
-            self._source = self._header + "# The tape:\n" + "".join(f"# {ln}\n" for ln in lines)
-        return self._source
-
-    @source.setter
-    def source(self, text: str) -> None:
-        self._source = text
-
-    def _call_straight(self, *args: Any) -> tuple[bool, np.ndarray]:
-        out = _empty(self.n_out)
-        return self.fn(*args, out), out
-
-    def _call_interpreter(self, *args: Any) -> tuple[bool, np.ndarray]:
-        p = self.program
-        vals = p.init.copy()
-        vals[p.inputs] = (
-            np.concatenate([np.atleast_1d(np.asarray(a, np.float64)).ravel() for a in args])
-            if args
-            else []
-        )
-        self._run(p.opcodes, p.arg0, p.arg1, vals)
-        ok = self._check(p.guards, vals) if len(p.guards) else True
-        return ok, vals[p.outputs]
-
-
-def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Outputs) -> Callable:
-    """Straight-line code of ``tape`` with its outputs placed as ``outputs`` says,
-    as a Numba function that the fast entry of a transform calls directly
-    (through Numba's dispatcher, which checks the arguments' types in C).
-
-    It is compiled for ``params`` and then closed to other types: a call with
-    other types raises TypeError. An array argument of another length, or a
-    failed guard, returns ``outputs.failure``.
-    """
-    source = module_source(
-        [
-            _comment(
-                f"{fname}: the code of the transform's calls, its outputs placed where "
-                "the caller reads them (arrays it passes, or returned)"
-            )
-            + straight_line(tape, fname, params, outputs=outputs)
-        ]
-    )
-    f64, arr = numba.types.float64, numba.types.float64[::1]
-    types = [f64 if p.size is None else arr for p in params] + [arr] * len(outputs.arrays)
-    fn = compile_now(getattr(load_source(source, fname), fname), tuple(types))
-    fn.disable_compile()
-    return fn
-
-
-def compile_direct_folded(
-    folded: Any,
-    sizes: Sequence[int | None],
-    fname: str,
-    arrays: Sequence[tuple[str, int, int]],
-    success: str,
-    n: int | None = None,
-) -> tuple[Callable, int]:
-    """A Numba function that calls folded code and places its outputs as the
-    fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
-
-    ``folded`` is a :class:`LoopCompiled` (or folded code shaped like one),
-    or batch-generic code (``adcompile.batch``) run at batch length ``n``;
-    ``sizes`` are its arguments' (None for a float). ``arrays`` are ``(name,
-    start, size)``: each such parameter receives ``out[start:start + size]``;
-    ``success`` is returned (an expression of ``out``); None when a guard
-    fails or an array argument has another length than traced. ``s`` is
-    scratch space of the returned size (the work array, then ``out``), kept
-    by the caller between calls. As ``compile_direct``, it is closed to other
-    types than compiled for (TypeError). Not cached on disk: it links the
-    folded code in, which its text does not show.
-    """
-    names = [f"a{k}" for k in range(len(sizes))]
-    lines = [f"def {fname}({', '.join([*names, *(a[0] for a in arrays), 's'])}):"]
-    for name, size in zip(names, sizes):
-        if size is not None:
-            lines += [f"    if {name}.shape[0] != {size}:", "        return None"]
-    if n is None:
-        work, lead = max(folded.work_size, 1), []
-    else:
-        a, b = folded.work_size
-        work, lead = max(a * n + b, 1), [str(n)]
-    lines += [
-        f"    out = s[{work}:]",
-        f"    if not main({', '.join([*lead, *names, 's', 'columns', 'out'])}):",
-        "        return None",
-    ]
-    for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
-        lines += [f"    for k in range({size}):", f"        {name}[k] = out[{start} + k]"]
-    lines.append(f"    return {success}")
-    ns: dict[str, Any] = {"main": folded.fn, "columns": folded.columns}
-    exec(compile("\n".join(lines) + "\n", f"<adcompile direct call of {fname}>", "exec"), ns)
-    f64, arr = numba.types.float64, numba.types.float64[::1]
-    types = [f64 if size is None else arr for size in sizes] + [arr] * (len(arrays) + 1)
-    fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
-    _compile(fn, tuple(types), f"the direct call of {fname}", "with the code it calls")
-    fn.disable_compile()
-    return fn, work + folded.n_out
-
-
-def _comment(text: str) -> str:
-    lines = textwrap.wrap(text, 76, break_on_hyphens=False)
-    return "".join(f"# {line}\n" for line in lines)
+def compile_uncached(
+    fn: Callable, sig: str, what: str, where: str, closed: bool = True
+) -> Callable:
+    """``fn`` compiled by Numba now for ``sig``, not cached on disk (it links in
+    other compiled functions, which its text does not show); ``closed``: then
+    closed to other types (a call with other types raises TypeError). A failure
+    is a :class:`CompileError` naming ``what`` and ``where`` its code is read."""
+    dispatcher = numba.njit(error_model="numpy", nogil=True)(fn)
+    _compile(dispatcher, sig, what, where)
+    if closed:
+        dispatcher.disable_compile()
+    return dispatcher
 
 
 _interpreters: dict[str, tuple[Callable, Callable]] = {}
@@ -732,162 +516,6 @@ def interpreter() -> tuple[Callable, Callable]:
     return found
 
 
-def numba_entry(compiled: Any, params: Sequence[Param], n: int | None = None) -> Callable:
-    """One Numba function ``entry(*args, out) -> ok`` for compiled code of any kind,
-    callable from the user's own ``@numba.njit`` code.
-
-    ``args`` are as in ``params`` (a float, or a flat float64 array); ``out``
-    receives the outputs; the result is False when a guard fails. ``compiled``
-    is a :class:`Compiled`, or batch-generic code (``adcompile.batch``) for the
-    batch length ``n``. What the code needs besides the arguments (its work
-    array, its per-repetition constants, the interpreter's program) is made or
-    held inside, so the signature is the same for every kind.
-    """
-    names = [f"a{k}" for k in range(len(params))]
-    args = ", ".join(names)
-    ns: dict[str, Any] = {"np": np}
-    kind = getattr(compiled, "kind", "")
-    if n is not None:  # batch-generic code at length n
-        a, b = compiled.work_size
-        ns.update(inner=compiled.fn, columns=compiled.columns)
-        body = [
-            f"work = np.empty({max(a * n + b, 1)})",
-            f"return inner({n}, {args}{', ' if args else ''}work, columns, out)",
-        ]
-    elif kind == "straight-line":
-        ns["inner"] = compiled.fn
-        body = [f"return inner({args}{', ' if args else ''}out)"]
-    elif kind == "folded":
-        f = compiled.folded
-        ns.update(inner=f.fn, columns=f.columns)
-        body = [
-            f"work = np.empty({max(f.work_size, 1)})",
-            f"return inner({args}{', ' if args else ''}work, columns, out)",
-        ]
-    else:  # the tape interpreter, with the program's arrays as constants
-        p = compiled.program
-        run, check = interpreter()
-        ns.update(
-            run=run,
-            check=check,
-            opcodes=p.opcodes,
-            arg0=p.arg0,
-            arg1=p.arg1,
-            init=p.init,
-            inputs=p.inputs,
-            outputs=p.outputs,
-            guards=p.guards,
-        )
-        body, start = ["vals = init.copy()"], 0
-        for name, prm in zip(names, params):
-            if prm.size is None:
-                body.append(f"vals[inputs[{start}]] = {name}")
-                start += 1
-            else:
-                body.append(f"vals[inputs[{start}:{start + prm.size}]] = {name}")
-                start += prm.size
-        body += [
-            "run(opcodes, arg0, arg1, vals)",
-            "out[:] = vals[outputs]",
-            "return check(guards, vals)" if len(p.guards) else "return True",
-        ]
-    source = f"def entry({args}{', ' if args else ''}out):\n" + "".join(
-        f"    {line}\n" for line in body
-    )
-    exec(compile(source, "<adcompile numba entry>", "exec"), ns)
-    return numba.njit(error_model="numpy", nogil=True)(ns["entry"])
-
-
-class LoopCompiled:
-    """A primal tape folded into loops, differentiated as loops
-    (``adcompile.loops.loop_source``) and compiled.
-
-    Called as :class:`Compiled` (``call(*args) -> (ok, outputs)``), and shaped
-    like folded code for the fast entry and ``numba_entry``: ``fn(*args,
-    work, columns, out) -> ok``. ``tape`` is the unrolled tape of the same
-    outputs, made only when asked for (to name the primitive that made a
-    nan).
-    """
-
-    kind = "folded"
-
-    def __init__(
-        self, loops: Any, params: Sequence[Param], fname: str, unrolled: Callable
-    ) -> None:
-        self.params = list(params)
-        self.source, self.explanation = loops.source, loops.explanation
-        self.facts = loops.facts
-        self.program, self.grad = loops.program, loops.grad
-        self.timings = dict(loops.timings)
-        self.columns, self.work_size, self.n_out = (
-            loops.code.columns,
-            loops.code.work_size,
-            loops.n_out,
-        )
-        clock = time.perf_counter()
-        self.fn = compile_folded_source(self.source, fname, [], params)
-        self.timings["compile"] = time.perf_counter() - clock
-        self.local = threading.local()
-        self.folded = self
-        self._unrolled = unrolled
-        self._tape: Tape | None = None
-
-    def record(self) -> dict:
-        """What :meth:`restored` needs to make this code again, as JSON data."""
-        return {
-            "kind": "loops",
-            "source": self.source,
-            "explanation": self.explanation,
-            "facts": dataclasses.asdict(self.facts),
-            "columns": np.asarray(self.columns).tolist(),
-            "columns_dtype": str(np.asarray(self.columns).dtype),
-            "work_size": int(self.work_size),
-            "n_out": int(self.n_out),
-        }
-
-    @classmethod
-    def restored(
-        cls, record: dict, params: Sequence[Param], fname: str, unrolled: Callable
-    ) -> LoopCompiled:
-        """The code a :meth:`record` describes, compiled (or loaded from Numba's cache)
-        without folding the tape again."""
-        self = cls.__new__(cls)
-        self.params = list(params)
-        self.source, self.explanation = record["source"], record["explanation"]
-        self.facts = CodeFacts(**record["facts"])
-        self.program = self.grad = None  # (not kept: only the loop printer reads them)
-        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
-        self.work_size, self.n_out = record["work_size"], record["n_out"]
-        clock = time.perf_counter()
-        self.fn = compile_folded_source(self.source, fname, [], params)
-        self.timings = {"compile": time.perf_counter() - clock}
-        self.local = threading.local()
-        self.folded = self
-        self._unrolled = unrolled
-        self._tape = None
-        return self
-
-    @property
-    def tape(self) -> Tape:
-        """The unrolled tape of the outputs (the reference the loops are checked against)."""
-        if self._tape is None:
-            self._tape = self._unrolled()
-        return self._tape
-
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        """Run on flat float arguments: ``(ok, outputs)``, ok False when a guard fails."""
-        out = np.empty(self.n_out)
-        # the work array is kept between calls (one per thread): a large one costs
-        # more to allocate and page in than a small loop takes to run
-        work = getattr(self.local, "work", None)
-        if work is None:
-            work = self.local.work = np.empty(max(self.work_size, 1))
-        return self.fn(*args, work, self.columns, out), out
-
-
 #: How an argument of a vmapped function is passed to its kernel: a float per
 #: point (a 1-D array), a flat array per point (the rows of a 2-D array), or
 #: the same value for every point.
@@ -912,8 +540,8 @@ def vmap_source(kinds: Sequence[str], device: str = "cpu") -> str:
 
 
 def vmap_kernel(entry: Callable, kinds: Sequence[str]) -> Callable:
-    """``entry(*point_args, out) -> ok`` (a ``numba_entry``) run over ``n`` points in
-    parallel on the CPU cores: see :func:`vmap_source`."""
+    """``entry(*point_args, out) -> ok`` (a program's ``numba``) run over ``n``
+    points in parallel on the CPU cores: see :func:`vmap_source`."""
     key = (entry, tuple(kinds))
     found = _vmap_kernels.get(key)
     if found is None:
@@ -955,70 +583,3 @@ _NO_CUDA = (
     "its driver, or set NUMBA_ENABLE_CUDASIM=1 to run Numba's CUDA simulator on the CPU "
     "(slow, for tests); or use device='cpu'"
 )
-
-
-class BasisCompiled:
-    """A Jacobian or Hessian made one basis vector at a time: a Numba loop calls
-    ``one`` (compiled code whose last argument is the basis vector ``e``) with
-    each unit vector and puts entry ``i`` of result ``j`` at ``out[dest[j, i]]``.
-
-    Shaped like straight-line code (``fn(*args, out) -> ok``) for the fast
-    entry, ``numba_entry`` and ``vmap``; ``source`` shows the loop, then the
-    code it calls.
-    """
-
-    kind = "straight-line"
-
-    def __init__(
-        self,
-        one: Compiled,
-        params: Sequence[Param],
-        m: int,
-        dest: np.ndarray,
-        n_out: int,
-        fname: str,
-    ) -> None:
-        self.one, self.params, self.n_out = one, list(params), n_out
-        self.tape = one.tape
-        k = dest.shape[1]
-        names = [p.name for p in params]
-        args = "".join(f"{a}, " for a in names)
-        loop = (
-            f"def {fname}({args}out):\n"
-            f"    _e = _np.zeros({m})\n"
-            f"    _res = _np.empty({k})\n"
-            "    _ok = True\n"
-            f"    for _j in range({m}):  # one basis vector e_j at a time\n"
-            "        _e[_j] = 1.0\n"
-            f"        if not _one({args}_e, _res):\n"
-            "            _ok = False\n"
-            "        _e[_j] = 0.0\n"
-            f"        for _i in range({k}):\n"
-            "            out[_dest[_j, _i]] = _res[_i]\n"
-            "    return _ok\n"
-        )
-        ns: dict[str, Any] = {
-            "_np": np,
-            "_one": numba_entry(one, [*params, Param("e", m)]),
-            "_dest": np.ascontiguousarray(dest, dtype=np.int64),
-        }
-        exec(compile(loop, f"<adcompile {fname}>", "exec"), ns)
-        f64, arr = numba.types.float64, numba.types.float64[::1]
-        sig = numba.types.boolean(*[f64 if p.size is None else arr for p in params], arr)
-        self.fn = numba.njit(error_model="numpy", nogil=True)(ns[fname])
-        _compile(self.fn, sig, fname, "with the code it calls (its .source)")
-        self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
-        self.source = (
-            _comment(self.explanation)
-            + "# _dest[j, i]: where entry i of the result for e_j goes\n"
-            + loop
-            + "\n\n# _one(..., e, result): the code for one basis vector\n"
-            + one.source
-        )
-
-    def __call__(self, *args: Any) -> tuple[bool, np.ndarray]:
-        return self.call(*args)
-
-    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
-        out = _empty(self.n_out)
-        return self.fn(*args, out), out

@@ -219,15 +219,9 @@ class DistributedValueAndGrad:
         self.local(*sample)
         spec, caps = self.local.last, self.local.captures
         found = batched([_shape(a) for a in sample], wrt, min_length=1)
-        if (
-            spec is None
-            or not isinstance(spec.compiled, api.AtLength)
-            or caps is None
-            or found is None
-            or sorted(found[1]) != sorted(data)
-        ):
+        gen = None if spec is None else spec.compiled.generic
+        if gen is None or caps is None or found is None or sorted(found[1]) != sorted(data):
             return self._function_program(data)
-        gen = spec.compiled.gen
         kinds = [_shape(a) is not None for a in sample] + [
             isinstance(v, np.ndarray) for v in caps.values()
         ]

@@ -15,7 +15,6 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -250,8 +249,9 @@ def _fresh(name: str, names: Sequence[str], params: Sequence[Param]) -> str:
 
 @dataclass(frozen=True)
 class CodeFacts:
-    """What compiled code is, in numbers kept when it is made (``api.summary`` words
-    them; ``entries.hot_ready`` reads ``statements``)."""
+    """What compiled code is, in numbers kept when it is made
+    (``CompiledProgram.facts``: ``api.summary`` words them, ``entries.hot_ready``
+    reads ``statements`` and ``slots``)."""
 
     kind: str  # "straight-line", "folded" or "interpreter"
     operations: int  # primitive operations of the tape it was made from (for code
@@ -261,25 +261,6 @@ class CodeFacts:
     slots: int = 0  # slots of the tape (what the interpreter runs)
     generic: bool = False  # one program for every batch length (``adcompile.batch``)
     how: str = ""  # how a derivative was made ("Jacobian by reverse-mode sweeps"), or ""
-
-
-def code_facts(compiled: Any) -> CodeFacts:
-    """The :class:`CodeFacts` of compiled code of any kind: those it keeps (code folded as
-    loops, batch-generic code, a derivative's code), else read off its tape and folded
-    code (``jit.Compiled``)."""
-    facts = getattr(compiled, "facts", None)
-    if facts is not None:
-        return facts
-    for inner in ("gen", "one"):  # batch code at one length; the code of one basis vector
-        if hasattr(compiled, inner):
-            return code_facts(getattr(compiled, inner))
-    folded = getattr(compiled, "folded", None)
-    if folded is not None and folded is not compiled:
-        return code_facts(folded)  # (loop code keeps its facts)
-    tape = compiled.tape
-    if compiled.kind == "straight-line":
-        return CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
-    return CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))
 
 
 def module_source(functions: Sequence[str]) -> str:

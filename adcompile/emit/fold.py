@@ -3,10 +3,10 @@ turn, differentiate the program as loops and print it.
 
 ``loop_source`` does it for one tape; ``batch_source`` traces at three batch
 lengths and makes one program in n (``loops.generic.generalise``). Both return the
-module source and what the caller needs to compile it (``jit.LoopCompiled``,
-``batch.BatchCompiled``), or None where the loop IR does not take the tape.
+module source and what the caller needs to compile it (``backend.compiled.LoopCompiled``,
+``backend.batch.BatchCompiled``), or None where the loop IR does not take the tape.
 A tape it does not differentiate as loops is differentiated unrolled and its
-derivative tape folded here as value code (``jit.Compiled``).
+derivative tape folded here as value code (``backend.compiled.compile_tape``).
 """
 
 from __future__ import annotations

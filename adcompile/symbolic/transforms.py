@@ -32,13 +32,13 @@ class SymPyGradient:
     """A SymPy expression compiled to ``x -> (value, gradient)`` by reverse mode."""
 
     def __init__(self, expr: Any, symbols: Any, name: str = "sympy_expr") -> None:
-        from ..backend.jit import Compiled  # Numba is imported on first compile
+        from ..backend.compiled import compile_tape  # Numba is imported on first compile
 
         self.symbols = as_symbols(symbols)
         self.tape = from_sympy(expr, self.symbols)
         self.grad_tape = grad_tape(self.tape)
         n = len(self.symbols)
-        self.compiled = Compiled(
+        self.compiled = compile_tape(
             self.grad_tape,
             [Param("x", n)],
             f"{name}_value_and_grad",

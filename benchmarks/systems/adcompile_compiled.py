@@ -104,14 +104,12 @@ def _info(vg: Any) -> Any:
         compiled = getattr(spec, "compiled", None)
         if compiled is None:
             return {}
-        out = {"backend": getattr(compiled, "kind", "?")}
+        out = {"backend": compiled.facts.kind}
         if spec.tape is None:  # batch-generic code: traced at small lengths only
             out["backend"] += ", generic in the batch length"
             return out
         out["tape_len"] = len(spec.tape)
-        gtape = getattr(compiled, "tape", None)
-        if gtape is not None:
-            out["grad_tape_len"] = len(gtape)
+        out["grad_tape_len"] = len(compiled.tape)
         return out
 
     return info
@@ -121,22 +119,28 @@ def stage_times(f: Any, x: np.ndarray) -> dict[str, float]:
     """Trace, adjoint, code generation and compilation of ``f`` at ``x``, timed apart.
 
     Uses adcompile's internal stages (``api.trace_call``, ``reverse.grad_tape``,
-    ``codegen``, ``jit.Compiled``) with the in-memory and on-disk caches
+    ``codegen``, ``compiled.compile_tape``) with the in-memory and on-disk caches
     emptied first; Numba's own in-process state is warm by then, so the
     compile figure is a slight underestimate of a cold one. Raises if the
     internals have moved (the harness then reports the stages as unavailable).
     """
     import importlib
 
-    # ``adcompile.jit`` the attribute is the function; the module is in sys.modules
-    api, codegen, jit, reverse = (
-        importlib.import_module(f"adcompile.{m}") for m in ("api", "codegen", "jit", "reverse")
+    api, codegen, compiled, jit, reverse = (
+        importlib.import_module(f"adcompile.{m}")
+        for m in (
+            "api.transform",
+            "emit.codegen",
+            "backend.compiled",
+            "backend.jit",
+            "diff.reverse",
+        )
     )
     old = os.environ.get("ADCOMPILE_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="adcompile-stages-") as tmp:
         os.environ["ADCOMPILE_CACHE_DIR"] = tmp
         try:
-            return _stages(f, x, api, codegen, jit, reverse)
+            return _stages(f, x, api, codegen, compiled.compile_tape, jit, reverse)
         finally:
             if old is None:
                 os.environ.pop("ADCOMPILE_CACHE_DIR", None)
@@ -144,7 +148,9 @@ def stage_times(f: Any, x: np.ndarray) -> dict[str, float]:
                 os.environ["ADCOMPILE_CACHE_DIR"] = old
 
 
-def _stages(f: Any, x: np.ndarray, api: Any, codegen: Any, jit: Any, reverse: Any) -> dict:
+def _stages(
+    f: Any, x: np.ndarray, api: Any, codegen: Any, compile_tape: Any, jit: Any, reverse: Any
+) -> dict:
     jit.clear_cache()  # empties the (new, empty) directory and the in-memory caches
     t0 = time.perf_counter()
     tape = api.trace_call(f, (x,))
@@ -158,7 +164,7 @@ def _stages(f: Any, x: np.ndarray, api: Any, codegen: Any, jit: Any, reverse: An
         codegen.to_program(gtape)
     t3 = time.perf_counter()
     jit.clear_cache()
-    compiled = jit.Compiled(gtape, params, "random_tape_value_and_grad")
+    compiled = compile_tape(gtape, params, "random_tape_value_and_grad")
     t4 = time.perf_counter()
     compiled.call(x)
     t5 = time.perf_counter()
@@ -170,5 +176,5 @@ def _stages(f: Any, x: np.ndarray, api: Any, codegen: Any, jit: Any, reverse: An
         "first_run_s": t5 - t4,
         "tape_ops": tape.n_ops,
         "grad_tape_len": len(gtape),
-        "backend": compiled.kind,
+        "backend": compiled.facts.kind,
     }

@@ -1,0 +1,563 @@
+"""Compiled programs made from a tape: straight-line code, code folded into loops,
+the tape interpreter, and a loop over basis vectors around one of those.
+
+Each is a :class:`~adcompile.backend.program.CompiledProgram` (the interface every
+caller uses); :func:`compile_tape` picks the kind for a tape. Below them, the
+Numba functions the programs make: their compiled code, the direct entries'
+functions and the entries for the user's own ``@numba.njit`` code. Numba
+itself is reached through ``backend.jit`` (this module does not import it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..emit.codegen import (
+    CodeFacts,
+    Outputs,
+    Program,
+    module_source,
+    straight_line,
+    to_program,
+)
+from ..ir.tape import Param, Tape
+from .jit import compile_now, compile_uncached, interpreter, load_source, njit
+from .program import (
+    CompiledProgram,
+    DirectFunction,
+    DirectPlan,
+    GuardCheck,
+    NativeCall,
+    ProgramVisitor,
+    T,
+)
+
+KINDS = ("straight-line", "folded", "interpreter")
+
+
+def compile_tape(
+    tape: Tape,
+    params: Sequence[Param],
+    fname: str,
+    doc: str = "",
+    force: str | None = None,
+    why: str | None = None,
+) -> CompiledProgram:
+    """``tape`` compiled to a function of flat float arguments (as in ``params``).
+
+    Tapes of ``FOLD_MIN_SLOTS`` slots or more are folded into loops where
+    that shortens them enough (:class:`LoopCompiled`); else up to
+    ``STRAIGHT_LINE_LIMIT`` slots make straight-line code, larger ones run
+    on the tape interpreter. ``force`` asks for one of :data:`KINDS`; ``why``
+    is the reason given for the interpreter.
+    """
+    from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT  # (read when called: tests set them)
+
+    if force is not None and force not in KINDS:
+        raise ValueError(
+            f"force={force!r}: choose 'straight-line', 'folded' or 'interpreter' (or None)"
+        )
+    searched = len(tape) >= FOLD_MIN_SLOTS  # (smaller tapes are not searched for loops)
+    if force == "folded" or (force is None and searched):
+        from ..emit.fold import loop_source  # the value code of the tape, folded into loops
+
+        plan = loop_source(tape, params, None, fname, doc, STRAIGHT_LINE_LIMIT)
+        if plan is not None:
+            return LoopCompiled(plan, params, fname, lambda: tape)
+        if force == "folded":
+            raise ValueError(f"force='folded': the tape of {fname} does not fold into loops")
+    if force == "straight-line" or (force is None and len(tape) <= STRAIGHT_LINE_LIMIT):
+        reason = (
+            "as asked"
+            if force
+            else "no repeated segments worth folding into loops"
+            if searched
+            else f"tapes under {FOLD_MIN_SLOTS} slots are not searched for loops"
+        )
+        return StraightLineCompiled(tape, params, fname, doc, reason)
+    explanation = f"{len(tape)} slots, run on the compiled tape interpreter" + (
+        f": {why}."
+        if why
+        else " (as asked)."
+        if force
+        else f": straight-line code above {STRAIGHT_LINE_LIMIT} slots would take long "
+        "to compile"
+        + (", and folding repeated segments would not shorten it enough." if searched else ".")
+    )
+    return InterpreterCompiled(tape, params, fname, explanation)
+
+
+class StraightLineCompiled(CompiledProgram):
+    """A tape as straight-line code, one statement per primitive:
+    ``fn(*args, out) -> ok``, its Numba function."""
+
+    gets_direct_entry = True
+
+    def __init__(
+        self, tape: Tape, params: Sequence[Param], fname: str, doc: str, reason: str
+    ) -> None:
+        clock = time.perf_counter()
+        self._tape, self.params, self.n_out = tape, list(params), len(tape.outputs)
+        self.explanation = (
+            f"Straight-line code: one statement per primitive ({tape.n_ops} operations; {reason})."
+        )
+        self.source = module_source(
+            [comment(self.explanation) + straight_line(tape, fname, params, doc)]
+        )
+        self.fn = compile_straight_line(self.source, fname, params)
+        self.facts = CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
+        self.timings = {"generate and compile": time.perf_counter() - clock}
+
+    @property
+    def tape(self) -> Tape:
+        return self._tape
+
+    @property
+    def native(self) -> NativeCall:
+        return NativeCall(self.fn, device=self.fn.py_func)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        return self.fn(*args, out), out
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.straight_line(self)
+
+    def _make_numba(self) -> Callable:
+        return native_entry(self.params, self.native)
+
+    def direct(self, plan: DirectPlan) -> DirectFunction:
+        """Straight-line code compiled once more, its outputs placed where the direct
+        entry reads them: arrays it passes, and scalars returned (``compile_direct``)."""
+        taken = {p.name for p in self.params}
+
+        def fresh(name: str) -> str:
+            while name in taken:
+                name += "_"
+            taken.add(name)
+            return name
+
+        names = {k: fresh(f"out_{k}") for k in range(len(plan.parts))}
+        arrays = plan.array_parts()
+        targets = [""] * self.n_out
+        for k, (start, shape) in enumerate(plan.parts):
+            if shape is None:
+                targets[start] = names[k]
+            else:
+                for i in range(int(np.prod(shape))):
+                    targets[start + i] = f"{names[k]}[{i}]"
+        scalars = {k: names[k] for k in range(len(plan.parts)) if k not in arrays}
+        outputs = Outputs(tuple(names[k] for k in arrays), tuple(targets), plan.success(scalars))
+        return DirectFunction(compile_direct(self.tape, self.params, plan.fname, outputs), 0)
+
+
+class InterpreterCompiled(CompiledProgram):
+    """A large tape run by the compiled tape interpreter (generated once from the op
+    table, ``interpreter``) on its opcode program (``codegen.to_program``)."""
+
+    def __init__(self, tape: Tape, params: Sequence[Param], fname: str, explanation: str) -> None:
+        clock = time.perf_counter()
+        self._tape, self.params, self.n_out = tape, list(params), len(tape.outputs)
+        self.program = to_program(tape)
+        self.explanation = explanation
+        self._header = comment(f"{fname}: {explanation}")  # (source: on use)
+        self._source: str | None = None
+        self._run, self._check = interpreter()
+        self.facts = CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))
+        self.timings = {"generate and compile": time.perf_counter() - clock}
+
+    @property
+    def tape(self) -> Tape:
+        return self._tape
+
+    @property
+    def source(self) -> str:  # type: ignore[override]
+        """The tape it runs, printed when first asked for (a large tape takes seconds)."""
+        if self._source is None:
+            lines = str(self._tape).split("\n")
+            self._source = self._header + "# The tape:\n" + "".join(f"# {ln}\n" for ln in lines)
+        return self._source
+
+    @source.setter
+    def source(self, text: str) -> None:
+        self._source = text
+
+    @property
+    def native(self) -> None:
+        return None  # (two Numba functions, run and check: ``call`` runs them)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        p = self.program
+        vals = p.init.copy()
+        vals[p.inputs] = (
+            np.concatenate([np.atleast_1d(np.asarray(a, np.float64)).ravel() for a in args])
+            if args
+            else []
+        )
+        self._run(p.opcodes, p.arg0, p.arg1, vals)
+        ok = self._check(p.guards, vals) if len(p.guards) else True
+        return ok, vals[p.outputs]
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.interpreter(self, self.program)
+
+    def _make_numba(self) -> Callable:
+        return interpreter_entry(self.params, self.program)
+
+
+class LoopCompiled(CompiledProgram):
+    """A tape folded into loops (``emit.fold.loop_source``: a primal tape
+    differentiated as loops, or value code) and compiled: ``fn(*args, work,
+    columns, out) -> ok``, with a work array kept per thread between calls.
+
+    ``tape`` is the unrolled tape of the same outputs, made only when asked for.
+    """
+
+    gets_direct_entry = True
+
+    def __init__(
+        self, loops: Any, params: Sequence[Param], fname: str, unrolled: Callable[[], Tape]
+    ) -> None:
+        self.params = list(params)
+        self.source, self.explanation = loops.source, loops.explanation
+        self.facts = loops.facts
+        self.program, self.grad = loops.program, loops.grad
+        self.timings = dict(loops.timings)
+        self.columns = loops.code.columns
+        self.work_size, self.n_out = loops.code.work_size, loops.n_out
+        self._start(fname, unrolled)
+
+    def _start(self, fname: str, unrolled: Callable[[], Tape]) -> None:
+        clock = time.perf_counter()
+        self.fn = compile_folded_source(self.source, fname, [], self.params)
+        self.timings["compile"] = time.perf_counter() - clock
+        self.local = threading.local()
+        self._unrolled = unrolled
+        self._tape: Tape | None = None
+
+    def record(self) -> dict:
+        """What :meth:`restored` needs to make this code again, as JSON data."""
+        return {
+            "kind": "loops",
+            "source": self.source,
+            "explanation": self.explanation,
+            "facts": dataclasses.asdict(self.facts),
+            "columns": np.asarray(self.columns).tolist(),
+            "columns_dtype": str(np.asarray(self.columns).dtype),
+            "work_size": int(self.work_size),
+            "n_out": int(self.n_out),
+        }
+
+    @classmethod
+    def restored(
+        cls, record: dict, params: Sequence[Param], fname: str, unrolled: Callable[[], Tape]
+    ) -> LoopCompiled:
+        """The code a :meth:`record` describes, compiled (or loaded from Numba's cache)
+        without folding the tape again."""
+        self = cls.__new__(cls)
+        self.params = list(params)
+        self.source, self.explanation = record["source"], record["explanation"]
+        self.facts = CodeFacts(**record["facts"])
+        self.program = self.grad = None  # (not kept: only the loop printer reads them)
+        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
+        self.work_size, self.n_out = record["work_size"], record["n_out"]
+        self.timings = {}
+        self._start(fname, unrolled)
+        return self
+
+    @property
+    def tape(self) -> Tape:
+        """The unrolled tape of the outputs (the reference the loops are checked against)."""
+        if self._tape is None:
+            self._tape = self._unrolled()
+        return self._tape
+
+    @property
+    def native(self) -> NativeCall:
+        return NativeCall(self.fn, (), max(self.work_size, 1), self.columns, self.local)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        # the work array is kept between calls (one per thread): a large one costs
+        # more to allocate and page in than a small loop takes to run
+        work = getattr(self.local, "work", None)
+        if work is None:
+            work = self.local.work = np.empty(max(self.work_size, 1))
+        return self.fn(*args, work, self.columns, out), out
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.folded(self, self.source, self.columns, max(self.work_size, 1), ())
+
+    def _make_numba(self) -> Callable:
+        return native_entry(self.params, self.native)
+
+    def direct(self, plan: DirectPlan) -> DirectFunction:
+        return direct_native(self.native, self.n_out, plan)
+
+
+class BasisCompiled(CompiledProgram):
+    """A Jacobian or Hessian made one basis vector at a time: a Numba loop calls
+    ``one`` (compiled code whose last argument is the basis vector ``e``) with
+    each unit vector and puts entry ``i`` of result ``j`` at ``out[dest[j, i]]``.
+
+    Its Numba function is ``fn(*args, out) -> ok``; ``source`` shows the loop,
+    then the code it calls. It gets no direct entry (its calls are long).
+    """
+
+    def __init__(
+        self,
+        one: CompiledProgram,
+        params: Sequence[Param],
+        m: int,
+        dest: np.ndarray,
+        n_out: int,
+        fname: str,
+    ) -> None:
+        clock = time.perf_counter()
+        self.one, self.params, self.n_out, self.m = one, list(params), n_out, m
+        self.dest = np.ascontiguousarray(dest, dtype=np.int64)
+        k = dest.shape[1]
+        args = "".join(f"{p.name}, " for p in params)
+        loop = (
+            f"def {fname}({args}out):\n"
+            f"    _e = _np.zeros({m})\n"
+            f"    _res = _np.empty({k})\n"
+            "    _ok = True\n"
+            f"    for _j in range({m}):  # one basis vector e_j at a time\n"
+            "        _e[_j] = 1.0\n"
+            f"        if not _one({args}_e, _res):\n"
+            "            _ok = False\n"
+            "        _e[_j] = 0.0\n"
+            f"        for _i in range({k}):\n"
+            "            out[_dest[_j, _i]] = _res[_i]\n"
+            "    return _ok\n"
+        )
+        ns: dict[str, Any] = {"_np": np, "_one": one.numba, "_dest": self.dest}
+        exec(compile(loop, f"<adcompile {fname}>", "exec"), ns)
+        where = "with the code it calls (its .source)"
+        self.fn = compile_uncached(ns[fname], signature(params), fname, where, False)
+        self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
+        self.source = (
+            comment(self.explanation)
+            + "# _dest[j, i]: where entry i of the result for e_j goes\n"
+            + loop
+            + "\n\n# _one(..., e, result): the code for one basis vector\n"
+            + one.source
+        )
+        self.facts = one.facts
+        self.timings = {**one.timings, "compile the loop": time.perf_counter() - clock}
+
+    @property
+    def tape(self) -> Tape:
+        return self.one.tape
+
+    def _guard_checks(self) -> tuple[GuardCheck, ...]:
+        return self.one.guards
+
+    @property
+    def native(self) -> NativeCall:
+        return NativeCall(self.fn)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        return self.fn(*args, out), out
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.basis(self, self.one, self.m, self.dest)
+
+    def _make_numba(self) -> Callable:
+        return native_entry(self.params, self.native)
+
+
+# ------------------------------------------------------------------ the Numba functions they make
+
+
+#: The Numba type of a flat float64 array argument.
+_ARRAY = "float64[::1]"
+
+
+def arg_type(size: int | None) -> str:
+    """The Numba type of an argument of ``size`` values (None: a float)."""
+    return "float64" if size is None else _ARRAY
+
+
+def signature(params: Sequence[Param], arrays: int = 1, lead: str = "") -> str:
+    """The Numba signature of generated code ``fn(lead?, *params, *arrays) -> bool``
+    (``arrays`` more flat float64 arrays after the parameters: ``out`` ...)."""
+    types = [lead] if lead else []
+    types += [arg_type(p.size) for p in params] + [_ARRAY] * arrays
+    return f"boolean({', '.join(types)})"
+
+
+def arguments(types: Sequence[str]) -> str:
+    """The Numba signature of a function's arguments, its result inferred: ``(float64, )``."""
+    return "(" + "".join(f"{t}, " for t in types) + ")"
+
+
+def compile_folded_source(
+    source: str, fname: str, functions: Sequence[str], params: Sequence[Param], lead: str = ""
+) -> Callable:
+    """Compile ``fname`` of folded ``source``: ``fname(lead?, *params, v, c, out) -> bool``.
+
+    ``functions`` are the outlined loop bodies it calls; Numba inlines them.
+    ``lead`` is the type of an argument before the parameters (``"int64"``
+    for the batch length of batch-generic code), or empty.
+    """
+    mod = load_source(source, fname)
+    for name in functions:
+        fn = getattr(mod, name)
+        if not hasattr(fn, "py_func"):  # not yet a Numba function (a reloaded module)
+            setattr(mod, name, njit(fn, inline=True))
+    return compile_now(getattr(mod, fname), signature(params, 3, lead))
+
+
+def compile_straight_line(source: str, fname: str, params: Sequence[Param]) -> Callable:
+    """``fname`` of straight-line ``source``: ``fname(*params, out) -> ok``, compiled."""
+    return compile_now(getattr(load_source(source, fname), fname), signature(params))
+
+
+def comment(text: str) -> str:
+    """``text`` as ``#`` comment lines of at most 78 characters."""
+    lines = textwrap.wrap(text, 76, break_on_hyphens=False)
+    return "".join(f"# {line}\n" for line in lines)
+
+
+def direct_native(native: NativeCall, n_out: int, plan: DirectPlan) -> DirectFunction:
+    """The direct entry's function of code called as ``native`` says, writing
+    ``n_out`` outputs (folded and batch-generic code): a small Numba function that
+    calls it and places its outputs (:func:`compile_direct_folded`)."""
+    arrays = plan.array_parts()
+    scalars = {k: f"out[{start}]" for k, (start, shape) in enumerate(plan.parts) if shape is None}
+    placed = [(f"out_{k}", plan.parts[k][0], int(np.prod(plan.parts[k][1]))) for k in arrays]
+    fn, scratch = compile_direct_folded(
+        native, n_out, list(plan.sizes), plan.fname, placed, plan.success(scalars)
+    )
+    return DirectFunction(fn, scratch)
+
+
+def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Outputs) -> Callable:
+    """Straight-line code of ``tape`` with its outputs placed as ``outputs`` says,
+    as a Numba function that the fast entry of a transform calls directly
+    (through Numba's dispatcher, which checks the arguments' types in C).
+
+    It is compiled for ``params`` and then closed to other types: a call with
+    other types raises TypeError. An array argument of another length, or a
+    failed guard, returns ``outputs.failure``.
+    """
+    source = module_source(
+        [
+            comment(
+                f"{fname}: the code of the transform's calls, its outputs placed where "
+                "the caller reads them (arrays it passes, or returned)"
+            )
+            + straight_line(tape, fname, params, outputs=outputs)
+        ]
+    )
+    types = [arg_type(p.size) for p in params] + [arg_type(1)] * len(outputs.arrays)
+    fn = compile_now(getattr(load_source(source, fname), fname), arguments(types))
+    fn.disable_compile()
+    return fn
+
+
+def compile_direct_folded(
+    native: Any,
+    n_out: int,
+    sizes: Sequence[int | None],
+    fname: str,
+    arrays: Sequence[tuple[str, int, int]],
+    success: str,
+) -> tuple[Callable, int]:
+    """A Numba function that calls folded code and places its outputs as the
+    fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
+
+    ``native`` says how the folded code is called (a :class:`NativeCall`:
+    its Numba function, a batch length before the arguments, its work array's
+    length and its constants); it writes ``n_out`` outputs. ``sizes`` are its
+    arguments' (None for a float). ``arrays`` are ``(name, start, size)``:
+    each such parameter receives ``out[start:start + size]``; ``success`` is
+    returned (an expression of ``out``); None when a guard fails or an array
+    argument has another length than traced. ``s`` is scratch space of the
+    returned size (the work array, then ``out``), kept by the caller between
+    calls. As ``compile_direct``, it is closed to other types than compiled
+    for (TypeError). Not cached on disk: it links the folded code in, which
+    its text does not show.
+    """
+    names = [f"a{k}" for k in range(len(sizes))]
+    lines = [f"def {fname}({', '.join([*names, *(a[0] for a in arrays), 's'])}):"]
+    for name, size in zip(names, sizes):
+        if size is not None:
+            lines += [f"    if {name}.shape[0] != {size}:", "        return None"]
+    work, lead = native.work, [str(n) for n in native.lead]
+    lines += [
+        f"    out = s[{work}:]",
+        f"    if not main({', '.join([*lead, *names, 's', 'columns', 'out'])}):",
+        "        return None",
+    ]
+    for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
+        lines += [f"    for k in range({size}):", f"        {name}[k] = out[{start} + k]"]
+    lines.append(f"    return {success}")
+    ns: dict[str, Any] = {"main": native.fn, "columns": native.columns}
+    exec(compile("\n".join(lines) + "\n", f"<adcompile direct call of {fname}>", "exec"), ns)
+    types = [arg_type(size) for size in sizes] + [arg_type(1)] * (len(arrays) + 1)
+    what = f"the direct call of {fname}"
+    fn = compile_uncached(ns[fname], arguments(types), what, "with the code it calls")
+    return fn, work + n_out
+
+
+def native_entry(params: Sequence[Param], native: Any) -> Callable:
+    """One Numba function ``entry(*args, out) -> ok`` around compiled code called as
+    ``native`` says (a :class:`NativeCall`), callable from the user's own
+    ``@numba.njit`` code.
+
+    ``args`` are as in ``params`` (a float, or a flat float64 array); ``out``
+    receives the outputs; the result is False when a guard fails. The work
+    array the code needs is made inside, so the signature is the same for
+    every kind of code.
+    """
+    names = [f"a{k}" for k in range(len(params))]
+    ns: dict[str, Any] = {"np": np, "inner": native.fn, "columns": native.columns}
+    called = [*map(str, native.lead), *names]
+    body = []
+    if native.work is not None:
+        body.append(f"work = np.empty({native.work})")
+        called += ["work", "columns"]
+    body.append(f"return inner({', '.join([*called, 'out'])})")
+    return _entry(names, body, ns)
+
+
+def interpreter_entry(params: Sequence[Param], program: Program) -> Callable:
+    """As :func:`native_entry`, for the tape interpreter running ``program`` (its
+    arrays are constants of the function)."""
+    names = [f"a{k}" for k in range(len(params))]
+    run, check = interpreter()
+    p = program
+    ns: dict[str, Any] = {"np": np, "run": run, "check": check, "opcodes": p.opcodes}
+    ns.update(arg0=p.arg0, arg1=p.arg1, init=p.init, inputs=p.inputs, outputs=p.outputs)
+    ns["guards"] = p.guards
+    body, start = ["vals = init.copy()"], 0
+    for name, prm in zip(names, params):
+        if prm.size is None:
+            body.append(f"vals[inputs[{start}]] = {name}")
+            start += 1
+        else:
+            body.append(f"vals[inputs[{start}:{start + prm.size}]] = {name}")
+            start += prm.size
+    body += [
+        "run(opcodes, arg0, arg1, vals)",
+        "out[:] = vals[outputs]",
+        "return check(guards, vals)" if len(p.guards) else "return True",
+    ]
+    return _entry(names, body, ns)
+
+
+def _entry(names: list[str], body: list[str], ns: dict[str, Any]) -> Callable:
+    source = f"def entry({', '.join([*names, 'out'])}):\n" + "".join(f"    {ln}\n" for ln in body)
+    exec(compile(source, "<adcompile numba entry>", "exec"), ns)
+    return njit(ns["entry"])  # (not cached: its text is not in a file)
