@@ -395,13 +395,20 @@ def shared_code(digest: str, ops: list, size: int, build: Callable[[], Any]) -> 
 _code_version: str | None = None
 
 
+def code_files() -> list[Path]:
+    """The source files of every module of adcompile, its stage folders' included."""
+    root = Path(__file__).resolve().parent.parent
+    return sorted(root.rglob("*.py"))
+
+
 def code_version() -> str:
     """A hash of the source of every module of adcompile (read once per process)."""
     global _code_version
     if _code_version is None:
         h = hashlib.blake2b(digest_size=12)
-        for path in sorted(Path(__file__).parent.glob("*.py")):
-            h.update(path.name.encode())
+        root = Path(__file__).resolve().parent.parent
+        for path in code_files():
+            h.update(path.relative_to(root).as_posix().encode())
             h.update(path.read_bytes())
         _code_version = h.hexdigest()
     return _code_version
