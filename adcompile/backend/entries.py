@@ -239,24 +239,7 @@ def direct_entry(
     arrays = [k for k, (_, shape) in enumerate(parts) if shape is not None]
     sizes = {k: int(np.prod(parts[k][1])) for k in arrays}
     whole = not arrays and tuples_only(spec.out.tree)  # Numba returns the result itself
-
-    def success(local: dict[int, str]) -> str:
-        """What the direct function returns, given each scalar part's text."""
-        if whole:
-            return result_text(spec.out, lambda k: local[k])
-        if len(scalars) == 1:
-            return local[scalars[0]]
-        if scalars:
-            return "(" + ", ".join(local[k] for k in scalars) + ")"
-        return "True"
-
-    plan = DirectPlan(
-        f"{fname}_direct",
-        tuple(None if shape is None else shape[0] for shape in key),
-        tuple(parts),
-        success,
-    )
-    made = spec.compiled.direct(plan)
+    made = spec.compiled.direct(_direct_plan(spec.out, key, f"{fname}_direct", whole))
     if made is None:
         raise ValueError("this code gets no direct entry (see hot_ready)")
     fn, scratch = made
@@ -301,6 +284,27 @@ def direct_entry(
     ns.update(fn=fn, local=threading.local(), check=check, **readers(hidden))
     exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
     return ns["entry"]
+
+
+def _direct_plan(layout: OutLayout, key: tuple, fname: str, whole: bool) -> DirectPlan:
+    """What the direct function of a specialisation whose result is laid out as
+    ``layout`` does, for arguments of ``key``'s shapes: it returns the whole result
+    (``whole``: scalars in tuples only), its one scalar, a tuple of its scalars, or
+    True (its arrays are filled)."""
+    scalars = [k for k, (_, shape) in enumerate(layout.parts) if shape is None]
+
+    def success(local: dict[int, str]) -> str:
+        """What the direct function returns, given each scalar part's text."""
+        if whole:
+            return result_text(layout, lambda k: local[k])
+        if len(scalars) == 1:
+            return local[scalars[0]]
+        if scalars:
+            return "(" + ", ".join(local[k] for k in scalars) + ")"
+        return "True"
+
+    sizes = tuple(None if shape is None else shape[0] for shape in key)
+    return DirectPlan(fname, sizes, tuple(layout.parts), success)
 
 
 def tuples_only(tree: Any) -> bool:
