@@ -405,17 +405,14 @@ MAX_FUNCTION_LINES = 80
 #: list only shrinks: a listed module that grows fails, and one that is now within the
 #: limit (or gone) must come off the list.
 MODULES_OVER = {
-    "api/export.py": 654,
-    "api/transform.py": 1764,
-    "backend/jit.py": 1024,
+    "api/export.py": 647,
+    "api/transform.py": 1728,
     "emit/loopgen.py": 875,
     "ir/ops.py": 745,
     "trace/value.py": 1371,
 }
 #: The functions over the limit (``path::qualified name``), likewise.
 FUNCTIONS_OVER = {
-    "api/transform.py::Transformed._batch_loops": 87,
-    "backend/entries.py::direct_entry": 111,
     "emit/codegen.py::straight_line": 131,
     "emit/loopgen.py::_Gen._reverse_unit": 177,
 }

@@ -194,12 +194,8 @@ def _where(where: str) -> str:
     return f"{short}: {text}" if text else short
 
 
-def _guard_messages(program: CompiledProgram) -> list[str]:
-    """One line per guard ``program`` checks: the comparison (inputs by name) and the line."""
-    return [_message(g) for g in program.guards]
-
-
 def _message(g: GuardCheck) -> str:
+    """A guard's line: the comparison (inputs by name), as traced, and the user's line."""
     return f"{g.condition} was {g.expected} when traced, at {_where(g.where)}"
 
 
@@ -285,6 +281,9 @@ def _python_kernel(
     return compiled.visit(_PythonKernels(params, fname, doc))
 
 
+_NO_GUARDS = "np.zeros((0, 4), dtype=np.int64)"
+
+
 @dataclass
 class _PythonKernels:
     """Each kind of compiled code as a :class:`Kernel` (a ``program.ProgramVisitor``)."""
@@ -295,137 +294,110 @@ class _PythonKernels:
 
     def straight_line(self, program: CompiledProgram) -> Kernel:
         src = straight_line(program.tape, self.fname, self.params, self.doc, status=True)
-        return Kernel(self.fname, src, _guard_messages(program))
+        return Kernel(self.fname, src, [_message(g) for g in program.guards])
 
-    def folded(
-        self,
-        program: CompiledProgram,
-        source: str,
-        columns: np.ndarray,
-        work: int,
-        lead: tuple[int, ...],
-    ) -> Kernel:
-        return _folded_kernel(source, self.fname, columns, work, [str(n) for n in lead])
+    def folded(self, program: Any, source: str, columns: Any, work: int, lead: tuple) -> Kernel:
+        defs, messages = with_status(_body(source))
+        cols = f"_COLUMNS_{self.fname}"
+        extras = [(f"_work_{self.fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)]
+        literal = [f"{cols} = {_array_literal(columns)}"]
+        return Kernel(self.fname, defs, messages, extras, literal, [str(n) for n in lead])
 
-    def interpreter(self, program: CompiledProgram, opcodes: Any) -> Kernel:
-        return _interpreter_kernel(program, opcodes, self.params, self.fname)
-
-    def basis(self, program: CompiledProgram, one: CompiledProgram, m: int, dest: Any) -> Kernel:
-        return _basis_kernel(one, m, dest, self.params, self.fname, self.doc)
-
-
-def _folded_kernel(
-    source: str, fname: str, columns: np.ndarray, work: int, lead: list[str]
-) -> Kernel:
-    defs, messages = with_status(_body(source))
-    cols = f"_COLUMNS_{fname}"
-    return Kernel(
-        fname,
-        defs,
-        messages,
-        [(f"_work_{fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)],
-        [f"{cols} = {_array_literal(columns)}"],
-        lead,
-    )
-
-
-def _basis_kernel(
-    one: CompiledProgram,
-    m: int,
-    dest: np.ndarray,
-    params: Sequence[Param],
-    fname: str,
-    doc: str,
-) -> Kernel:
-    """A loop over the ``m`` basis vectors around the kernel of ``one`` (a Jacobian or
-    Hessian); entry ``i`` of the result for ``e_j`` goes to ``out[dest[j, i]]``."""
-    inner = _python_kernel(one, [*params, Param("e", m)], f"{fname}_one", doc)
-    k = dest.shape[1]
-    args = [p.name for p in params]
-    extras = [e for e, _ in inner.extras]
-    sig = ", ".join([*args, *extras, "_DEST", "out"])
-    loop = (
-        f"def {fname}({sig}):\n"
-        f"    _e = np.zeros({m})\n"
-        f"    _res = np.empty({k})\n"
-        f"    for _j in range({m}):  # one basis vector e_j at a time\n"
-        "        _e[_j] = 1.0\n"
-        f"        _s = {inner.call([*args, '_e'], '_res')}\n"
-        "        if _s:\n"
-        "            return _s\n"
-        "        _e[_j] = 0.0\n"
-        f"        for _i in range({k}):\n"
-        "            out[_DEST[_j, _i]] = _res[_i]\n"
-        "    return 0\n"
-    )
-    const = f"_DEST_{fname}"
-    return Kernel(
-        fname,
-        inner.defs + "\n\n" + loop,
-        inner.messages,
-        [*inner.extras, ("_DEST", const)],
-        [*inner.consts, f"{const} = {_array_literal(dest, 'int64')}"],
-        [],
-        [*inner.helpers, inner.name],
-    )
-
-
-def _interpreter_kernel(
-    compiled: CompiledProgram, p: Any, params: Sequence[Param], fname: str
-) -> Kernel:
-    """The tape interpreter with its opcode program ``p`` as literals; ``check``
-    returns a status."""
-    from ..emit.codegen import interpreter_source
-
-    run = interpreter_source().split("\n\n\ndef check")[0].replace("def run(", f"def {fname}_run(")
-    cmps = ["<", "<=", ">", ">=", "==", "!="]
-    args = ", ".join(p.name for p in params)
-    lines = [f"def {fname}({args}{', ' if args else ''}_P, out):"]
-    lines.append("    opcodes, arg0, arg1, init, inputs, outputs, guards = _P")
-    lines.append("    vals = init.copy()")
-    start = 0
-    for prm in params:
-        n = prm.size or 1
-        lines.append(
-            f"    vals[inputs[{start}]] = {prm.name}"
-            if prm.size is None
-            else f"    vals[inputs[{start}:{start + n}]] = {prm.name}"
+    def basis(self, program: Any, one: CompiledProgram, m: int, dest: np.ndarray) -> Kernel:
+        """A loop over the ``m`` basis vectors around the kernel of ``one`` (a Jacobian or
+        Hessian); entry ``i`` of the result for ``e_j`` goes to ``out[dest[j, i]]``."""
+        fname, params = self.fname, self.params
+        inner = _python_kernel(one, [*params, Param("e", m)], f"{fname}_one", self.doc)
+        k = dest.shape[1]
+        args = [p.name for p in params]
+        extras = [e for e, _ in inner.extras]
+        sig = ", ".join([*args, *extras, "_DEST", "out"])
+        loop = (
+            f"def {fname}({sig}):\n"
+            f"    _e = np.zeros({m})\n"
+            f"    _res = np.empty({k})\n"
+            f"    for _j in range({m}):  # one basis vector e_j at a time\n"
+            "        _e[_j] = 1.0\n"
+            f"        _s = {inner.call([*args, '_e'], '_res')}\n"
+            "        if _s:\n"
+            "            return _s\n"
+            "        _e[_j] = 0.0\n"
+            f"        for _i in range({k}):\n"
+            "            out[_DEST[_j, _i]] = _res[_i]\n"
+            "    return 0\n"
         )
-        start += n
-    lines.append(f"    {fname}_run(opcodes, arg0, arg1, vals)")
-    lines.append("    for k in range(guards.shape[0]):")
-    lines.append("        a = vals[guards[k, 1]]")
-    lines.append("        b = vals[guards[k, 2]]")
-    lines.append("        c = guards[k, 0]")
-    for code, cmp in enumerate(cmps):
-        lines.append(f"        {'if' if code == 0 else 'elif'} c == {code}:")
-        lines.append(f"            r = a {cmp} b")
-    lines.append("        else:")
-    lines.append("            r = False")
-    lines.append("        if r != (guards[k, 3] == 1):")
-    lines.append("            return k + 1")
-    lines.append("    for k in range(outputs.shape[0]):")
-    lines.append("        out[k] = vals[outputs[k]]")
-    lines.append("    return 0")
-    const = f"_PROGRAM_{fname}"
-    arrays = [
-        _array_literal(p.opcodes, "int64"),
-        _array_literal(p.arg0, "int64"),
-        _array_literal(p.arg1, "int64"),
-        _array_literal(p.init),
-        _array_literal(p.inputs, "int64"),
-        _array_literal(p.outputs, "int64"),
-        _array_literal(p.guards, "int64") if len(p.guards) else "np.zeros((0, 4), dtype=np.int64)",
-    ]
-    return Kernel(
-        fname,
-        run + "\n\n" + "\n".join(lines) + "\n",
-        _guard_messages(compiled),
-        [("_P", const)],
-        [f"{const} = (\n" + "".join(f"    {a},\n" for a in arrays) + ")"],
-        [],
-        [f"{fname}_run"],
-    )
+        const = f"_DEST_{fname}"
+        return Kernel(
+            fname,
+            inner.defs + "\n\n" + loop,
+            inner.messages,
+            [*inner.extras, ("_DEST", const)],
+            [*inner.consts, f"{const} = {_array_literal(dest, 'int64')}"],
+            [],
+            [*inner.helpers, inner.name],
+        )
+
+    def interpreter(self, program: CompiledProgram, p: Any) -> Kernel:
+        """The tape interpreter with its opcode program ``p`` as literals; ``check``
+        returns a status."""
+        fname, params = self.fname, self.params
+        from ..emit.codegen import interpreter_source
+
+        run = (
+            interpreter_source()
+            .split("\n\n\ndef check")[0]
+            .replace("def run(", f"def {fname}_run(")
+        )
+        cmps = ["<", "<=", ">", ">=", "==", "!="]
+        args = ", ".join(p.name for p in params)
+        lines = [f"def {fname}({args}{', ' if args else ''}_P, out):"]
+        lines.append("    opcodes, arg0, arg1, init, inputs, outputs, guards = _P")
+        lines.append("    vals = init.copy()")
+        start = 0
+        for prm in params:
+            n = prm.size or 1
+            lines.append(
+                f"    vals[inputs[{start}]] = {prm.name}"
+                if prm.size is None
+                else f"    vals[inputs[{start}:{start + n}]] = {prm.name}"
+            )
+            start += n
+        lines.append(f"    {fname}_run(opcodes, arg0, arg1, vals)")
+        lines.append("    for k in range(guards.shape[0]):")
+        lines.append("        a = vals[guards[k, 1]]")
+        lines.append("        b = vals[guards[k, 2]]")
+        lines.append("        c = guards[k, 0]")
+        for code, cmp in enumerate(cmps):
+            lines.append(f"        {'if' if code == 0 else 'elif'} c == {code}:")
+            lines.append(f"            r = a {cmp} b")
+        lines.append("        else:")
+        lines.append("            r = False")
+        lines.append("        if r != (guards[k, 3] == 1):")
+        lines.append("            return k + 1")
+        lines.append("    for k in range(outputs.shape[0]):")
+        lines.append("        out[k] = vals[outputs[k]]")
+        lines.append("    return 0")
+        const = f"_PROGRAM_{fname}"
+        arrays = [
+            _array_literal(p.opcodes, "int64"),
+            _array_literal(p.arg0, "int64"),
+            _array_literal(p.arg1, "int64"),
+            _array_literal(p.init),
+            _array_literal(p.inputs, "int64"),
+            _array_literal(p.outputs, "int64"),
+            _array_literal(p.guards, "int64")
+            if len(p.guards)
+            else "np.zeros((0, 4), dtype=np.int64)",
+        ]
+        return Kernel(
+            fname,
+            run + "\n\n" + "\n".join(lines) + "\n",
+            [_message(g) for g in program.guards],
+            [("_P", const)],
+            [f"{const} = (\n" + "".join(f"    {a},\n" for a in arrays) + ")"],
+            [],
+            [f"{fname}_run"],
+        )
 
 
 # ------------------------------------------------------------------ the Python module
@@ -583,7 +555,7 @@ class _CCode:
 
     def straight_line(self, program: CompiledProgram) -> tuple[str, list[str]]:
         code = straight_line(program.tape, self.fname, self.params, self.doc, lang="c")
-        return code, _guard_messages(program)
+        return code, [_message(g) for g in program.guards]
 
     def folded(self, program: CompiledProgram, *how: Any) -> tuple[str, list[str]]:
         return self.straight_line(program)
@@ -597,7 +569,7 @@ class _CCode:
         prm = [*self.params, one.params[-1]]
         inner = straight_line(one.tape, f"{self.fname}_one", prm, self.doc, lang="c")
         loop = _c_basis(dest, self.params, self.fname, self.sig_params)
-        return "static " + inner + "\n" + loop, _guard_messages(one)
+        return "static " + inner + "\n" + loop, [_message(g) for g in one.guards]
 
 
 def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -> str:

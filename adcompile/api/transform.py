@@ -1119,7 +1119,6 @@ class Transformed:
             return None
         loops, ks = found
         self._stages.update(loops.timings)
-        clock = time.perf_counter()
         work = loops.code.work_size
         work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
 
@@ -1128,22 +1127,10 @@ class Transformed:
             return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
 
         params = self._params(names, skey(ks[-1]))
-        gen = batch.BatchCompiled(
-            fname,
-            loops.source,
-            [],
-            params,
-            work,
-            loops.code.columns,
-            loops.n_out,
-            loops.explanation,
-            unrolled,
-            ks,
-            guards,
-            loops.facts,
-            loops.timings,
-        )
-        self._stages["compile"] = time.perf_counter() - clock
+        code = (fname, loops.source, [], params, work, loops.code.columns, loops.n_out)
+        made = (loops.explanation, unrolled, ks, guards, loops.facts, loops.timings)
+        gen = batch.BatchCompiled(*code, *made)
+        self._stages["compile"] = gen.timings["compile"]
         return gen
 
     def _same_value(
