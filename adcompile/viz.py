@@ -34,8 +34,8 @@ def _value_items(roots: list[Value]) -> tuple[list[_Item], list[int]]:
     items = [
         _Item(
             ([v.label] if v.label else []) + [f"data {v.data:.4g}", f"grad {v.grad:.4g}"],
-            v._op,
-            tuple(index[id(p)] for p in v._prev),
+            v.op_label,
+            tuple(index[id(p)] for p in v.operands),
         )
         for v in order
     ]

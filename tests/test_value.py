@@ -696,3 +696,16 @@ def test_tracing_keeps_no_frame_or_local_alive():
     finally:
         gc.enable()
     assert len(tape) > 0
+
+
+def test_public_graph_accessors_match_micrograds_private_names():
+    """``operands``/``op_label``/``is_leaf`` are micrograd's ``_prev``/``_op`` and
+    PyTorch's ``is_leaf``, for code (ours: viz, nn) that should not read privates."""
+    a, b, c = Value(2.0), Value(-3.0), Value(10.0)
+    e = a * b
+    d = e + c
+    assert d.operands == (e, c) and set(d.operands) == set(d._prev)
+    assert (d.op_label, e.op_label, a.op_label) == ("+", "*", "")
+    assert d.op_label == d._op
+    assert a.is_leaf and c.is_leaf and not d.is_leaf and not e.is_leaf
+    assert a.operands == () and a.tanh().operands == (a,)

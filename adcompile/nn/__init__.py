@@ -103,7 +103,7 @@ class Module:
 
 
 def _is_param(v: Any) -> bool:
-    return isinstance(v, Value) and v._fn is None
+    return isinstance(v, Value) and v.is_leaf
 
 
 def _walk(obj: Any, name: str, seen: set[int]) -> Iterator[tuple[str, Any]]:

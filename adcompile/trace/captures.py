@@ -94,7 +94,7 @@ def _kind(value: Any) -> str | None:
             return "array"
         return "watch" if value.dtype.kind in "biufc" else None
     if isinstance(value, Value):
-        return "number" if value._fn is None else "watch"
+        return "number" if value.is_leaf else "watch"
     if value is None or isinstance(value, (bool, int, complex, str, bytes, numbers.Number)):
         return "watch"
     return None

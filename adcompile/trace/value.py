@@ -567,6 +567,22 @@ class Value:
         fn = self._fn
         return "" if fn is None else (fn.symbol or fn.name)
 
+    @property
+    def operands(self) -> tuple[Value, ...]:
+        """The Values this one was computed from (micrograd's ``_prev``); () for a leaf."""
+        return self._prev
+
+    @property
+    def op_label(self) -> str:
+        """The label of the op that made it (micrograd's ``_op``); ``''`` for a leaf."""
+        return self._op
+
+    @property
+    def is_leaf(self) -> bool:
+        """Whether no op made it (a number the user wrapped, or a parameter), as
+        PyTorch's ``Tensor.is_leaf``."""
+        return self._fn is None
+
     # -- operators ---------------------------------------------------------
 
     # The operators (__add__, __radd__ ... __neg__, __abs__) and one method per
