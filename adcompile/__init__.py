@@ -6,7 +6,8 @@ from .ir.ops import OPS, Op
 from .ir.tape import Guard, Node, Tape
 from .trace.value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
 
-from .api.transform import RetraceWarning, grad, jit, show_code, trace, value_and_grad  # isort: skip
+from .api.transform import grad, jit, show_code, trace, value_and_grad  # isort: skip
+from .api.events import RetraceWarning  # isort: skip
 from .trace.randomness import RandomDrawError  # isort: skip
 from .api.step import compile_loss  # isort: skip
 from .api.derived import hessian, hvp, jacobian, jvp  # isort: skip

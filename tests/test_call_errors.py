@@ -70,7 +70,7 @@ def test_compile_loss_step_names_the_users_argument():
 
 
 def test_retrace_warning_points_at_the_users_call(monkeypatch):
-    monkeypatch.setattr(ad.api.transform, "MAX_SPECIALISATIONS", 2)
+    monkeypatch.setattr(ad.api.specialisation, "MAX_SPECIALISATIONS", 2)
     g = ad.grad(lambda x: np.sum(x * x))
     with pytest.warns(ad.RetraceWarning, match="has been traced 3 times") as record:
         for n in range(1, 5):
@@ -84,7 +84,7 @@ def _slow_square(x):
 
 
 def test_a_long_compile_says_so_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(ad.api.transform, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.setattr(ad.api.events, "ANNOUNCE_AFTER", 0.05)
     monkeypatch.delenv("ADCOMPILE_QUIET", raising=False)
     g = ad.grad(_slow_square)
     assert g(3.0) == 6.0
@@ -98,7 +98,7 @@ def test_a_long_compile_says_so_on_stderr(monkeypatch, capsys):
 
 
 def test_adcompile_quiet_silences_the_compile_message(monkeypatch, capsys):
-    monkeypatch.setattr(ad.api.transform, "ANNOUNCE_AFTER", 0.05)
+    monkeypatch.setattr(ad.api.events, "ANNOUNCE_AFTER", 0.05)
     monkeypatch.setenv("ADCOMPILE_QUIET", "1")
     assert ad.grad(_slow_square)(3.0) == 6.0
     assert capsys.readouterr().err == ""

@@ -209,7 +209,7 @@ def test_max_and_sorted_are_guarded():
 
 
 def test_retrace_warning_when_keeps_retracing(monkeypatch):
-    monkeypatch.setattr(ad.api.transform, "MAX_SPECIALISATIONS", 2)
+    monkeypatch.setattr(ad.api.specialisation, "MAX_SPECIALISATIONS", 2)
     g = ad.grad(lambda x: np.sum(x * x))
     with pytest.warns(ad.RetraceWarning):
         for n in range(1, 5):

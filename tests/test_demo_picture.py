@@ -115,7 +115,7 @@ def test_a_model_that_says_one_class_everywhere_has_no_boundary_entry(tmp_path, 
 def test_demo_compiles_as_a_stage_of_its_own_before_training(capsys, monkeypatch):
     monkeypatch.delenv("ADCOMPILE_QUIET", raising=False)
     # (it would speak at once, if not silenced)
-    monkeypatch.setattr(ad.api.transform, "ANNOUNCE_AFTER", 0.0)
+    monkeypatch.setattr(ad.api.events, "ANNOUNCE_AFTER", 0.0)
     assert cli.main(["demo", "--points", "30", "--steps", "4", "--out", ""]) == 0
     err = capsys.readouterr().err.replace("\r", "\n").splitlines()
     stage = err.index("compiling the loss and its gradient ...")

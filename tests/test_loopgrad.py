@@ -197,7 +197,7 @@ def test_mlp_loops_and_straight_line_blocks_reverse_together():
         return out
 
     leaves = model.parameters()
-    tape = hoist_constants(ad.api.transform.trace_call(loss, [], leaves))
+    tape = hoist_constants(ad.api.tracing.trace_call(loss, [], leaves))
     theta = np.array([p.data for p in leaves])
     params = [Param("params", len(leaves))]
     program = loopbuild.build(tape, find_segments(tape, params), params)

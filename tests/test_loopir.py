@@ -131,7 +131,7 @@ def test_an_mlp_and_its_gradient_fold_and_run_exactly():
         return out
 
     leaves = model.parameters()
-    tape = ad.api.transform.trace_call(loss, [], leaves)
+    tape = ad.api.tracing.trace_call(loss, [], leaves)
     theta = np.array([p.data for p in leaves])
     params = [Param("params", len(leaves))]
     for t in (tape, grad_tape(tape)):

@@ -38,16 +38,11 @@ from ..diff.forward import (
 from ..ir.outputs import OutLayout, join, leaves, map_leaves, size
 from ..ir.passes import simplify
 from ..ir.tape import Param, Tape, forward_sweep
+from ..trace.arguments import shape_text
 from ..trace.value import Value, build_tape, constant, gc_paused, recording
-from .transform import (
-    Specialisation,
-    Transformed,
-    data_point,
-    flatten_args,
-    replay,
-    shape_text,
-    values_like,
-)
+from .specialisation import Specialisation
+from .tracing import data_point, flatten_args, replay, values_like
+from .transform import Transformed
 
 #: A Jacobian or Hessian needing at most this many sweeps is one tape of all its
 #: entries (straight-line code); a larger one is made one basis vector at a

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..backend.entries import HOT_CALLS
-from .transform import Transformed, shape_text
+from ..trace.arguments import shape_text
+from .transform import Transformed
 from .vmap import Vmapped
 
 

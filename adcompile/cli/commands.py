@@ -329,8 +329,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     """Train an MLP on two moons with compiled gradients and show the decision boundary."""
     import numpy as np
 
+    from ..api.events import summary
     from ..api.step import compile_loss
-    from ..api.transform import summary
     from ..datasets import make_moons
     from ..nn import MLP, HingeLoss
     from ..optim import SGD
@@ -400,7 +400,7 @@ def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
     data-parallel on a local Dask cluster of N worker processes."""
     import numpy as np
 
-    from ..api.transform import summary
+    from ..api.events import summary
 
     try:
         from .. import distributed as dd
@@ -438,7 +438,7 @@ def _demo_workers(args: argparse.Namespace, X: Any, y: Any, model: Any) -> int:
                 del os.environ["ADCOMPILE_QUIET"]
             else:
                 os.environ["ADCOMPILE_QUIET"] = quiet
-        how = summary(vg.local.facts) if vg.local._last is not None else vg.last_program
+        how = summary(vg.local.facts) if vg.local.last is not None else vg.last_program
         print(
             f"compiled in {time.perf_counter() - start:.1f} s ({how}; the workers run "
             f"{'its source' if vg.last_program == 'source' else 'the function'})",

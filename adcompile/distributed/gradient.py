@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from ..api import transform as api
+from ..api.tracing import function_name
+from ..trace.arguments import argnum_positions
 from .cluster import (
     dask_distributed,
     even_chunks,
@@ -106,14 +108,14 @@ class DistributedValueAndGrad:
         self._shipped: dict[tuple, Any] = {}  # (client id, digest) -> future on every worker
         self._data: dict[str, Any] = {}  # the NumPy data sent last: fingerprint and futures
         self.last_program: str | None = None  # "source" or "function": what the last call ran
-        self._name = api.function_name(loss)
+        self._name = function_name(loss)
         self._workers = 1
 
     # ---- the call
 
     def __call__(self, *args: Any) -> Any:
         """``(loss, gradient)`` over all rows, as ``ad.value_and_grad(loss)(*args)``."""
-        wrt = api.argnum_positions(self.argnums, len(args), self._name)
+        wrt = argnum_positions(self.argnums, len(args), self._name)
         data, n = self._data_args(args, wrt)
         bounds = self._chunking(args, data)  # raises before any work is sent
         client = get_client(self.client)

@@ -23,10 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from ..api.transform import Transformed, param_names
+from ..api.transform import Transformed
 from ..diff import interpret
 from ..ir.ops import Op
 from ..ir.tape import Tape
+from ..trace.arguments import param_names
 
 #: check_grad's and check_jacobian's default bound, in seconds, on the time of the reference
 #: methods (everything but compiling and running the transforms checked).

@@ -61,7 +61,7 @@ def check_jacobian(
     (inf or nan) only the compiled modes are compared, and a ``RuntimeWarning`` says so.
     Finite differences and ``max_seconds`` are as in :func:`check_grad`.
     """
-    from ..api.transform import trace_call
+    from ..api.tracing import trace_call
     from ..ir.outputs import size
 
     tolerances = check_tolerances(

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .arguments import argnum_positions, keyword_is_input, needs_plan, param_names, shape_text
+from .arguments import argnum_positions, keyword_is_input, param_names, shape_text
 from .tensor import ValueArray, data
 from .value import Value, recording
 
@@ -140,17 +140,16 @@ class Checked:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner
-        if inner._static or needs_plan(args, ()):  # pytrees, static arguments, float32
-            front = inner._front(args)
-            if front is not None:
-                variant, plan, wrt = front
-                if variant is None:  # float32: compared in float64, then given back
-                    out = inner._plain(args, kwargs)
-                    if not any(_holds_values(a) for a in (*args, *kwargs.values())):
-                        _compare(inner, args, kwargs, out)
-                    return plan.cast(out, inner.mode, wrt, inner._many)
-                out = Checked(variant)(*plan.leaves, **kwargs)  # checked over the leaves
-                return plan.regroup(out, inner.mode, wrt, inner._many)
+        front = inner.plan_call(args)  # pytrees, static arguments, float32
+        if front is not None:
+            variant, plan, wrt = front
+            if variant is None:  # float32: compared in float64, then given back
+                out = inner.call_plain(args, kwargs)
+                if not any(_holds_values(a) for a in (*args, *kwargs.values())):
+                    _compare(inner, args, kwargs, out)
+                return plan.cast(out, inner.mode, wrt, inner.many)
+            out = Checked(variant)(*plan.leaves, **kwargs)  # checked over the leaves
+            return plan.regroup(out, inner.mode, wrt, inner.many)
         result = inner(*args, **kwargs)  # its entry, direct entry or general path
         if any(_holds_values(a) for a in (*args, *kwargs.values())):
             return result  # recorded on Values: the outer computation is checked

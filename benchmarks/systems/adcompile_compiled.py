@@ -118,7 +118,7 @@ def _info(vg: Any) -> Any:
 def stage_times(f: Any, x: np.ndarray) -> dict[str, float]:
     """Trace, adjoint, code generation and compilation of ``f`` at ``x``, timed apart.
 
-    Uses adcompile's internal stages (``api.trace_call``, ``reverse.grad_tape``,
+    Uses adcompile's internal stages (``tracing.trace_call``, ``reverse.grad_tape``,
     ``codegen``, ``compiled.compile_tape``) with the in-memory and on-disk caches
     emptied first; Numba's own in-process state is warm by then, so the
     compile figure is a slight underestimate of a cold one. Raises if the
@@ -129,7 +129,7 @@ def stage_times(f: Any, x: np.ndarray) -> dict[str, float]:
     api, codegen, compiled, jit, reverse = (
         importlib.import_module(f"adcompile.{m}")
         for m in (
-            "api.transform",
+            "api.tracing",
             "emit.codegen",
             "backend.compiled",
             "backend.jit",

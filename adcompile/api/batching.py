@@ -1,0 +1,179 @@
+"""The batch-generic path of a transform (``backend.batch``): one program for every
+batch length.
+
+:class:`BatchMixin` is part of :class:`adcompile.api.transform.Transformed` (it
+shares the transform's state: its specialisations, batch programs, captures and
+stage timings). A call whose data arguments differ from an earlier one's only
+in their length is served by code traced at a few small lengths and made one
+program in the length, when ``f`` takes the same branches at every length and
+agrees with it, run on plain numbers, near the call's point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import pipeline
+from ..backend import batch
+from ..backend.program import CompiledProgram
+from ..diff.reverse import grad_tape
+from ..emit.fold import batch_source
+from ..ir.tape import Param, Tape
+from ..loops.ir import Lin
+from ..trace import captures
+from ..trace.value import gc_paused
+from .events import loop_ir_failed
+from .specialisation import Specialisation, keep_first
+
+
+class _ShortBatch(Exception):
+    """``f`` failed when traced on the first rows of its data only."""
+
+
+class BatchMixin:
+    """Code generic in the batch length, for gradients (see the module)."""
+
+    def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
+        """(spec, out, the batch length) from code generic in the batch length, or None.
+
+        Only for gradients: their data arguments (those not differentiated) are
+        the batch. ``jit`` has no such split; there a new shape traces again.
+        """
+        if self.mode == "jit" or self._caps is not None and self._caps.outer:
+            return None  # (the outer Values' array is no batch)
+        found = batch.batched(key, self._wrt_args(len(args)), min_length=1)
+        if found is None:
+            return None
+        n, which = found
+        gkey = tuple((-1, *s[1:]) if k in which else s for k, s in enumerate(key))
+        gen = self._batches.get(gkey)
+        if gen is None:
+            if gkey in self._batches or n < batch.MIN_LENGTH:  # tried: not one program
+                return None
+        elif not gen.serves(n):
+            return None  # shorter than any length traced, or its branches on n differ here
+        params = self._params(self._names(len(args)), key)
+        program = None if gen is None else gen.at(n, params)
+        if program is None:  # no code yet (none tried, or a batch.Deferred)
+            gen = self._batches[gkey] = self._compile_batch(key, args, which, n)
+            program = None if gen is None else gen.at(n, params)
+            if program is None:
+                return None
+        ok, out = program(*flat)
+        if not ok or not self._same_value(args, out[0], flat, program):
+            return None  # other branches, or f treats this length differently
+        spec = Specialisation(None, program, self._layout(key)[0], self.mode, self._many)
+        keep_first(self._specs, key, spec)
+        return spec, out, n
+
+    def _compile_batch(self, key: tuple, args: Sequence[Any], which: list[int], n: int) -> Any:
+        """Trace at a few small lengths and compile one program for every length that
+        takes the branches on the length they took, ``n`` among them (None when they
+        are not one program, or take different branches: then each length is traced
+        as it is; a ``batch.Deferred`` when ``n`` takes other branches)."""
+        arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
+        fname, what = self._fname_doc()
+        self.traces += 1
+        if not pipeline.LOOP_IR:
+            return None
+        return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what, n)
+
+    def _batch_loops(
+        self,
+        arrays: list,
+        key: tuple,
+        which: list[int],
+        names: list[str],
+        fname: str,
+        doc: str,
+        n: int,
+    ) -> Any:
+        """Batch-generic code from the loop IR (``loops.batch_source``): the primal
+        traced at a few lengths, made one program in n, differentiated as loops.
+
+        The batch arguments are traced as ``lengths.BatchArray``: the comparisons
+        the code makes on their length are guards, which must answer alike at
+        every length traced, and at ``n`` (else a ``batch.Deferred``)."""
+        from ..backend.jit import STRAIGHT_LINE_LIMIT
+        from ..trace import lengths
+
+        guards: list = []  # of every trace (those of the lengths finally used among them)
+        seen: list[int] = []
+
+        def skey(k: int) -> tuple:
+            return tuple((k, *s[1:]) if i in which else s for i, s in enumerate(key))
+
+        def trace_primal(k: int, check: bool = True) -> tuple[Tape, list[Param]]:
+            sliced = [a[:k] if i in which else a for i, a in enumerate(arrays)]
+            rec = lengths.Recorder([sliced[i] for i in which])
+            try:
+                with gc_paused(), lengths.recording(rec):
+                    tape = self._trace(sliced)
+            except captures.SwapFailed:
+                raise
+            except Exception as e:  # f fails on a short batch (it reads row 9 ...)
+                raise _ShortBatch from e
+            if check:
+                if rec.refused:
+                    raise lengths.LengthDependent(None)
+                guards.extend(rec.guards)
+                seen.append(k)
+                if not all(lengths.holds(guards, j) for j in seen):
+                    raise lengths.LengthDependent(None)  # branches differ between traces
+                if not lengths.holds(guards, n):
+                    raise lengths.LengthDependent(batch.Deferred(guards))
+            return tape, self._params(names, skey(k))
+
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        try:
+            found = batch_source(trace_primal, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+        except _ShortBatch:  # not this way
+            return None
+        except lengths.LengthDependent as e:  # branches on the length
+            return e.kept
+        except captures.SwapFailed:
+            raise
+        except Exception as e:
+            loop_ir_failed(self._name, e)
+            return None
+        if found is None:
+            return None
+        loops, ks = found
+        self._stages.update(loops.timings)
+        work = loops.code.work_size
+        work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
+
+        def unrolled() -> Tape:  # the adjoint tape at the largest length traced
+            tape, _ = trace_primal(ks[-1], check=False)
+            return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
+
+        params = self._params(names, skey(ks[-1]))
+        code = (fname, loops.source, [], params, work, loops.code.columns, loops.n_out)
+        made = (loops.explanation, unrolled, ks, guards, loops.facts, loops.timings)
+        gen = batch.BatchCompiled(*code, *made)
+        self._stages["compile"] = gen.timings["compile"]
+        return gen
+
+    def _same_value(
+        self, args: Sequence[Any], value: float, flat: list, program: CompiledProgram
+    ) -> bool:
+        """Whether ``f`` run on plain numbers agrees with the generic code at one
+        length, ``program``.
+
+        Compared at a point near the call's, moved in the differentiated
+        arguments, where a term that vanishes at the call's point (``0.5 *
+        theta ** 2`` at 0) does not; at the call's point (``value``) where the
+        code takes other branches there or ``f`` gives no number. False when
+        ``f`` cannot run on numbers: the length is then traced as it is."""
+        leaves = list(self.leaves()) if self.leaves is not None else None
+        moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)))
+        ok, out = program(*moved_flat)
+        if ok:
+            got = batch.run_plain(self.fun, self._visible(moved), leaves)
+            if got is not None and got == got:
+                return batch.agree(got, out[0])
+        got = batch.run_plain(self.fun, self._visible(args), leaves)
+        return got is not None and batch.agree(got, value)

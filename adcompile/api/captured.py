@@ -1,0 +1,150 @@
+"""What a transform's function reads from outside its arguments (``trace.captures``).
+
+:class:`CapturesMixin` is part of :class:`adcompile.api.transform.Transformed`: it
+finds what ``fun`` reads (globals, closure cells, attributes, outer Values,
+random generators), checks the watched values at each call (a change traces
+again, with a :class:`~adcompile.api.events.RetraceWarning`), passes the hidden
+inputs after the arguments, and traces ``fun`` with them swapped in.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..ir.tape import Tape
+from ..trace import captures
+from ..trace.value import Value
+from .events import RetraceWarning, user_stacklevel
+from .tracing import trace_call
+
+
+class CapturesMixin:
+    """Captures: found, watched, passed as hidden inputs, traced (see the module)."""
+
+    def _adopting(self, call: Callable[[], Any]) -> Any:
+        """``call()``, again after each trace that found Values made outside ``fun``
+        (a model's parameters): they become inputs first (``_adopt_outer``)."""
+        for _ in range(8):
+            try:
+                return call()
+            except captures.NewOuterValues as e:
+                self._adopt_outer(e.values)
+        raise RuntimeError(
+            f"adcompile: {self._name}() reads other Values made outside it at every trace; "
+            "pass them as arguments"
+        )
+
+    def _adopt_outer(self, values: Sequence[Value]) -> None:
+        """Make ``values`` (Values made outside ``fun`` that its trace read) inputs,
+        read at every call, and forget what was compiled without them."""
+        with self._lock:
+            self._caps.add_outer(values)
+            self._specs.clear()
+            self._batches.clear()
+            self._last = None
+            self._install(None)
+
+    def _hidden_reader(self) -> list[Callable[[], Any]]:
+        """What reads each hidden input's value, for entries."""
+        return [h.read for h in self._caps.hidden]
+
+    def _watch_check(self) -> Callable[[], int] | None:
+        """The check of the values ``fun`` reads from outside, for entries (or None)."""
+        caps = self._caps
+        return caps.checker.changed if caps.watched and caps.checker is not None else None
+
+    def _scan(self, swap: bool = True) -> captures.Captures:
+        exclude = list(self.leaves()) if self.leaves is not None else []
+        old = self._caps
+        self._caps = captures.scan(self.fun, exclude, swap)
+        if old is not None and old.outer:  # (they stay inputs)
+            self._caps.add_outer(old.outer)
+        return self._caps
+
+    def _check_watched(self, caps: captures.Captures) -> None:
+        """Trace again when a value traced as a constant has changed since."""
+        w = caps.changed()
+        if w is None:
+            return
+        data = (w.how == "array" and w.copy[1].kind == "f") or (
+            w.how == "value" and w.copy[0] is float
+        )
+        with self._lock:
+            self._specs.clear()
+            self._batches.clear()
+            self._last = None
+            self._install(None)
+            caps.snapshot()
+        warnings.warn(
+            f"{self._name}() reads {w.what}, which has changed since it was traced "
+            "with its value compiled in; tracing again. "
+            + (
+                "Pass it as an argument (or keep it in a module global or a variable of "
+                "the enclosing function) to have it read at every call instead"
+                if data
+                else "Such values can steer the Python code (loop counts, branches), so "
+                "each change is traced, as a new shape is"
+            ),
+            RetraceWarning,
+            stacklevel=user_stacklevel(),
+        )
+
+    def _fun_for_trace(self) -> Callable:
+        """``fun`` taking its arguments and then the hidden inputs (swapped in)."""
+        caps = self._caps
+        if not caps.hidden:
+            return self.fun
+        h = len(caps.hidden)
+
+        def with_hidden(*args: Any) -> Any:
+            bound = caps.bind(args[-h:])
+            try:
+                return bound(*args[:-h])
+            except captures.SwapFailed:
+                raise
+            except Exception as e:
+                raise captures.SwapFailed() from e
+
+        with_hidden.__name__ = self._name
+        return with_hidden
+
+    def _visible(self, args: Sequence[Any]) -> Sequence[Any]:
+        """``args`` without the hidden inputs' values."""
+        h = len(self._caps.hidden)
+        return args[: len(args) - h] if h else args
+
+    def _trace(self, args: Sequence[Any], sites: bool = False) -> Tape:
+        """The tape of ``fun`` at ``args`` (the hidden inputs' values after them);
+        with ``sites``, the user's line of each slot too."""
+        names = self._names(len(args))
+        fun = self._fun_for_trace()
+        # constants first: the compiled path folds loops (the tape is not shown)
+        multi = self.mode == "jit"  # jit returns what fun returns; gradients need a scalar
+        if self.leaves is not None:  # argument 0 holds the leaves' values
+            leaves = list(self.leaves())
+            return self._trace_captured(fun, args[1:], leaves, names[1:], sites, True, multi)
+        return self._trace_captured(fun, args, (), names, sites, True, multi)
+
+    def _trace_captured(self, fun: Callable, args: Sequence[Any], *rest: Any) -> Tape:
+        """``trace_call(fun, args, *rest)`` with what ``fun`` reads from outside (its
+        outer Values, its generators), then settled (``Captures.settle``)."""
+        caps = self._caps
+        outer = caps.outer if caps is not None else None
+        gens = caps.generators if caps is not None else ()
+        tape = trace_call(fun, args, *rest, outer=outer, generators=gens)
+        if caps is not None and caps.watched:
+            caps.settle()  # (what f itself changed while it ran is no change)
+        return tape
+
+    @property
+    def captures(self) -> captures.Captures:
+        """What ``fun`` reads from outside its arguments (found on first use)."""
+        return self._caps if self._caps is not None else self._scan()
+
+    def check_captures(self) -> None:
+        """Trace again (with a RetraceWarning) if a value compiled in has changed."""
+        caps = self.captures
+        if caps.watched:
+            self._check_watched(caps)

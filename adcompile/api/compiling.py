@@ -1,0 +1,360 @@
+"""Specialising and compiling: a call no specialisation serves is traced and compiled.
+
+:class:`CompileMixin` is part of :class:`adcompile.api.transform.Transformed`. On a
+miss it says why (``ad.explain``'s reasons), tries the batch-generic code, else
+traces ``fun`` and compiles the tape through ``pipeline.compile``, sharing the
+code with earlier traces of the same tape (in this process, and on disk for
+folded code); it records each event, names the generated code's parameters,
+and finds the primitive behind a non-finite result (``debug_nans``).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import pipeline
+from ..backend.program import CompiledProgram
+from ..diff.interpret import first_nonfinite
+from ..ir.ops import OPS
+from ..ir.outputs import OutLayout
+from ..ir.tape import Param, Tape, forward_sweep
+from ..trace.arguments import param_names, shape_text
+from ..trace.value import gc_paused, nonfinite_error
+from .events import (
+    Announce,
+    CompileEvent,
+    RetraceWarning,
+    loop_ir_failed,
+    summary,
+    user_stacklevel,
+)
+from .specialisation import Specialisation, keep_first, too_many
+from .tracing import slot_text
+
+#: The ops adcompile defines (by identity): code of tapes of these only is kept on
+#: disk for other processes (an op a user defines may differ there).
+_BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
+
+
+# names generated code uses besides the arguments: an argument of the same name is
+# renamed there (``x_``); Python's builtins included (``range``, ``len`` ...)
+_RESERVED = frozenset({"out", "math", "params", *dir(builtins)})
+
+
+def _unique_params(f: Callable, n: int) -> list[str]:
+    names = param_names(f, n)
+    return [nm if nm not in _RESERVED else f"{nm}_" for nm in names]
+
+
+class CompileMixin:
+    """Tracing and compiling specialisations (see the module)."""
+
+    def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
+        """No specialisation fits these inputs: run the batch-generic code if there is
+        one (or can be), else trace ``f`` again and compile."""
+        with self._lock:
+            for spec in self._specs.get(key, ()):  # another thread compiled it meanwhile
+                ok, out = spec.call(*flat)
+                if ok:
+                    return spec, out
+            return self._miss_locked(key, args, flat)
+
+    def _miss_locked(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
+        with Announce(self._fname_doc()[0]) as announce:
+            reason = self._reason = self._why(key, flat)
+            clock = time.perf_counter()
+            self._stages = {}
+            batches = dict(self._batches)
+            found = self._batch_call(key, args, flat)
+            if found is not None:
+                spec, out, n = found
+                announce.done(spec.compiled)
+                gen = spec.compiled.generic
+                new = not any(g is gen for g in batches.values())
+                if new:
+                    lengths = ", ".join(map(str, gen.lengths))
+                    reason += f"; traced at batch lengths {lengths}, one program for every length"
+                else:
+                    reason += f"; batch length {n} served by the code generic in the batch length"
+                self._record(reason, spec, clock, key, traced=new)
+                return spec, out
+            spec = self._specialise(key, args)
+            announce.done(spec.compiled)
+            self._record(reason, spec, clock, key)
+        ok, out = spec.call(*flat)
+        if not ok:  # the trace itself took these branches, so this cannot happen
+            raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
+        return spec, out
+
+    # ---- why a call compiles (ad.explain)
+
+    def _primal(self, args: Sequence[Any]) -> list[Any]:
+        """The arguments ``f`` itself takes, of the call's (or of its key)."""
+        return list(args)
+
+    def _why(self, key: tuple, flat: list) -> str:
+        """Why this call, which no specialisation serves, traces or compiles."""
+        if not self.events and not self._specs:
+            return "first call"
+        if key not in self._specs:
+            names = self._names(len(key))
+            previous = self.events[-1].key if self.events else next(reversed(self._specs))
+            if len(previous) != len(key):
+                return f"new argument structure: {len(key)} arguments, were {len(previous)}"
+            changed = [
+                f"argument {k} ({names[k]}) has {shape_text(new)}, was {shape_text(old)}"
+                for k, (old, new) in enumerate(zip(previous, key))
+                if old != new
+            ]
+            if changed:
+                return "new shape: " + "; ".join(changed)
+            return "new shapes"
+        for spec in self._specs[key]:
+            tape = spec.tape
+            if tape is None or not tape.guards:
+                continue
+            primal = self._primal(flat)
+            point = np.concatenate([np.atleast_1d(np.asarray(a, float)) for a in primal])
+            if len(point) != len(tape.inputs):
+                continue
+            vals = forward_sweep(tape, [float(v) for v in point])
+            for g in tape.guards:
+                if not g.holds(vals):
+                    a, b = vals[g.a], vals[g.b]
+                    return (
+                        f"a guard failed: {slot_text(tape, g.a)} {g.cmp} "
+                        f"{slot_text(tape, g.b)} was {g.expected} when traced, now "
+                        f"{not g.expected} ({a!r} {g.cmp} {b!r}), at {g.where or '?'}"
+                    )
+            break
+        return "a guard failed (these inputs take other branches)"
+
+    def _record(
+        self, reason: str, spec: Specialisation, clock: float, key: tuple, traced: bool = True
+    ) -> None:
+        """Keep the event; with ``ADCOMPILE_LOG=compiles``, print it on stderr."""
+        facts = spec.compiled.facts
+        event = CompileEvent(
+            reason,
+            summary(facts),
+            time.perf_counter() - clock,
+            dict(self._stages) if traced else {},
+            key,
+            spec.compiled.from_disk if traced else False,
+            traced,
+            facts,
+        )
+        self.events.append(event)
+        if "compiles" in os.environ.get("ADCOMPILE_LOG", "").split(","):
+            print(event.line(self._fname_doc()[0]), file=sys.stderr, flush=True)
+
+    def _names(self, nargs: int) -> list[str]:
+        """The parameters' names in generated code (the hidden inputs' last)."""
+        hidden = [h.name for h in self._caps.hidden] if self._caps is not None else []
+        nargs -= len(hidden) + len(self._kwnames)
+        if self._argnames is not None:
+            names = [nm if nm not in _RESERVED else f"{nm}_" for nm in self._argnames]
+        elif self.leaves is not None:
+            names = ["params", *_unique_params(self._namefun, nargs - 1)]
+        else:
+            names = _unique_params(self._namefun, nargs)
+        for name in (*self._kwnames, *hidden):
+            while name in names or name in _RESERVED:
+                name += "_"
+            names.append(name)
+        return names
+
+    @staticmethod
+    def _params(names: list[str], key: tuple) -> list[Param]:
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        return [Param(n, None if s is None else sz) for n, s, sz in zip(names, key, sizes)]
+
+    def _layout(self, key: tuple) -> tuple[list, list[int]]:
+        """Per differentiated argument (its start in the outputs, its shape), and the
+        positions of its elements among the tape's inputs."""
+        wrt = self._wrt_args(len(key))
+        layout, positions, start = [], [], 0
+        sizes = [1 if s is None else int(np.prod(s)) for s in key]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        for k in wrt:
+            positions.extend(range(offsets[k], offsets[k + 1]))
+            layout.append((1 + start, key[k]))
+            start += sizes[k]
+        return layout, positions
+
+    def _fname_doc(self) -> tuple[str, str]:
+        if self.mode == "jit":
+            return f"{self._name}_value", f"value of {self._name} (generated by adcompile)"
+        return (
+            f"{self._name}_value_and_grad",
+            f"value and gradient of {self._name} (generated by adcompile)",
+        )
+
+    def _raise_nonfinite(self, spec: Specialisation, flat: list, args: Sequence[Any]) -> None:
+        """Find the first primitive that made nan/inf from finite inputs, and name it
+        (and the user's line that made it: ``f`` is traced again for that)."""
+        point = np.concatenate([np.atleast_1d(a) for a in flat]) if flat else []
+        lines: list[str] | None = None
+
+        def line(i: int) -> str:
+            nonlocal lines
+            if lines is None:
+                with gc_paused():
+                    again = self._trace(args, sites=True)
+                same = len(again.nodes) == len(spec.tape.nodes)
+                lines = again.where if same and again.where else []
+            return lines[i] if i < len(lines) else "?"
+
+        hit = first_nonfinite(spec.tape, point)
+        if hit is not None:
+            i, vals = hit
+            node = spec.tape.nodes[i]
+            where = line(i)
+            raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[i], where)
+        gtape = spec.compiled.tape
+        hit = first_nonfinite(gtape, point)
+        if hit is None:  # non-finite inputs: nothing was made non-finite here
+            return
+        j, vals = hit
+        node = gtape.nodes[j]
+        block = gtape.blocks[j] if gtape.blocks else -1
+        primal = gtape.primal
+        context, where = "", "?"
+        if primal is not None and block >= 0:
+            context = f" in the derivative of {primal.statement(block)}"
+            where = primal.where[block] if primal.where else line(block)
+        raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
+
+    def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+        clock = time.perf_counter()
+        with gc_paused():  # tracing builds a large acyclic graph
+            tape = self._trace(args)
+        self._stages = {"trace": time.perf_counter() - clock}
+        self._count_trace()
+        if tape.tree is not None:  # jit of a function returning several numbers
+            params = self._params(self._names(len(args)), key)
+
+            def build_tree() -> CompiledProgram:
+                from ..backend.compiled import compile_tape  # Numba is imported on first compile
+
+                return compile_tape(tape, params, *self._fname_doc())
+
+            compiled = self._shared(tape, ("tree", params), build_tree)
+            spec = Specialisation(tape, compiled, [], "jit", False, OutLayout.of_tree(tape.tree))
+            return self._keep(key, spec)
+        layout, positions = self._layout(key)
+        params = self._params(self._names(len(args)), key)
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        context = ("jit" if wrt is None else "vjp", params, positions, wrt)
+        fname = self._fname_doc()[0]
+
+        def restore(record: dict) -> CompiledProgram:
+            from ..backend.compiled import LoopCompiled
+
+            if record.get("kind") != "loops":
+                raise ValueError(record.get("kind"))
+            unrolled = pipeline.unrolled(tape, wrt, positions)
+            compiled = LoopCompiled.restored(record, params, fname, unrolled)
+            self._stages.update(compiled.timings)
+            return compiled
+
+        compiled = self._shared(
+            tape, context, lambda: self._build(tape, key, params, positions), restore
+        )
+        spec = Specialisation(tape, compiled, layout, self.mode, self._many)
+        return self._keep(key, spec)
+
+    def _shared(
+        self,
+        tape: Tape,
+        context: tuple,
+        build: Callable[[], Any],
+        restore: Callable[[dict], Any] | None = None,
+    ) -> Any:
+        """The compiled code of ``tape`` (in ``context``: parameters, what is
+        differentiated): made by ``build()``, or the code an earlier trace of the same
+        tape made, in this transform or another of the same function (``grad`` then
+        ``value_and_grad`` of one function compile once). The code depends only on
+        the tape and the context (and the compile settings and adcompile's own
+        code, counted too). With ``restore``, code folded into loops is also kept
+        on disk (``jit.write_record``): a later process that traces the same tape
+        skips every pass after tracing (``restore(record)``)."""
+        from ..backend.jit import (
+            FOLD_MIN_SLOTS,
+            STRAIGHT_LINE_LIMIT,
+            code_version,
+            read_record,
+            shared_code,
+            write_record,
+        )
+
+        clock = time.perf_counter()
+        settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
+        digest, ops = tape.digest(repr((context, settings)))
+        on_disk = restore is not None and all(id(op) in _BUILTIN_OPS for op in ops)
+
+        def made() -> Any:
+            if on_disk:
+                record = read_record(digest)
+                if record is not None:
+                    try:
+                        compiled = restore(record)
+                    except Exception:  # (a record of another kind or damaged: made again)
+                        pass
+                    else:
+                        self._stages["restored from the disk cache"] = time.perf_counter() - clock
+                        return compiled
+            compiled = build()
+            record = compiled.record() if on_disk else None
+            if record is not None:
+                write_record(digest, record)
+            return compiled
+
+        # shared between transforms of one function (each test's own functions)
+        compiled, hit = shared_code(f"{digest}:{id(self._namefun)}", ops, len(tape), made)
+        if hit:
+            self._stages["code shared with an earlier trace"] = time.perf_counter() - clock
+        return compiled
+
+    def _build(self, tape: Tape, key: tuple, params: list[Param], positions: list[int]) -> Any:
+        """Compiled code of ``tape``, through the pipeline (``adcompile.pipeline``)."""
+        fname, doc = self._fname_doc()
+        wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        return pipeline.compile(
+            tape,
+            params,
+            fname,
+            doc,
+            wrt,
+            positions,
+            self._stages,
+            lambda e: loop_ir_failed(self._name, e),
+        )
+
+    def _keep(self, key: tuple, spec: Specialisation) -> Specialisation:
+        """Keep ``spec`` first among the specialisations of ``key``."""
+        keep_first(self._specs, key, spec)
+        self._last = spec
+        return spec
+
+    def _count_trace(self) -> None:
+        """Count a trace; warn once when there have been many."""
+        self.traces += 1
+        if too_many(self.traces) and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"{self._name}() has been traced {self.traces} times, this time because of "
+                f"{self._reason or 'new shapes or branches'}; each trace compiles again. Keep "
+                "shapes fixed, or branch with ad.maximum / ad.relu instead of if "
+                "(ad.explain(fn) lists every reason)",
+                RetraceWarning,
+                stacklevel=user_stacklevel(),
+            )

@@ -1,0 +1,293 @@
+"""Tracing a call: arguments in, a tape out; and tapes replayed on Values.
+
+- :func:`function_name`, :func:`flatten_args` (a call's floats and structure key;
+  ``TracedArgs`` when an argument holds Values);
+- :func:`trace_call`: ``f`` run once on tracing Values, its tape;
+- :func:`data_point`, :func:`replay`, :func:`values_like`: a transform called on
+  Values (inside another trace) records by replaying its tape on them.
+
+No transform state here: plain functions of what they are given.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..ir.outputs import OutLayout, assemble, flatten_output
+from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
+from ..trace import captures, randomness
+from ..trace.arguments import param_names
+from ..trace.value import (
+    Value,
+    build_tape,
+    constant,
+    graph_roots,
+    next_serial,
+    outer_values,
+    shared_constants,
+    topological_order,
+    traced_float,
+    tracing,
+)
+
+# ------------------------------------------------------------------ arguments
+
+
+def function_name(f: Callable) -> str:
+    """``f``'s name as an identifier (what generated code and messages call it)."""
+    return (
+        "".join(
+            ch if ch.isalnum() or ch == "_" else "_" for ch in getattr(f, "__name__", "f")
+        ).strip("_")
+        or "f"
+    )
+
+
+_F64 = np.dtype(np.float64)
+
+
+class TracedArgs(Exception):
+    """Raised by flatten_args when an argument is a Value (an outer trace, or eager use)."""
+
+
+def flatten_args(
+    fname: str, args: Sequence[Any], hidden: Sequence[captures.Hidden] = (), skip: int = 0
+) -> tuple[list[Any], tuple]:
+    """Each argument as a float or a flat float64 array, and the call's structure key.
+
+    The last ``len(hidden)`` arguments are values ``f`` reads from outside its
+    arguments (``adcompile.captures``); errors name them as such.
+    """
+    flat: list[Any] = []
+    key: list[Any] = []
+    for k, a in enumerate(args):
+        t = type(a)
+        if t is float:
+            flat.append(a)
+            key.append(None)
+        elif t is np.ndarray and (a.dtype is _F64 or a.dtype == _F64):
+            flat.append(a if a.ndim == 1 else a.ravel())
+            key.append(a.shape)
+        elif isinstance(a, Value) or isinstance(a, np.ndarray) and a.dtype == object:
+            raise TracedArgs
+        elif isinstance(a, numbers.Real) and not isinstance(a, bool):
+            flat.append(float(a))
+            key.append(None)
+        elif isinstance(a, (np.ndarray, list, tuple)):
+            arr = np.asarray(a)
+            if arr.dtype.kind not in "fiu":
+                raise TypeError(
+                    f"{_which(fname, args, hidden, k, skip)} is an array of {arr.dtype}; pass "
+                    "numbers (a float or a NumPy float array)"
+                )
+            arr = np.ascontiguousarray(arr, dtype=np.float64)
+            flat.append(arr.ravel())
+            key.append(arr.shape)
+        else:
+            raise TypeError(
+                f"{_which(fname, args, hidden, k, skip)} has unsupported type {t.__name__!r}; "
+                "pass a Python number or a NumPy array of floats"
+            )
+    return flat, tuple(key)
+
+
+def _which(
+    fname: str, args: Sequence[Any], hidden: Sequence[captures.Hidden], k: int, skip: int
+) -> str:
+    """How an error names argument ``k``: by position (not counting ``skip`` values
+    passed before the user's arguments), or as what ``f`` reads."""
+    j = k - (len(args) - len(hidden))
+    if j >= 0:
+        return f"{hidden[j].what}, which {fname}() reads from outside its arguments,"
+    return f"argument {k - skip} of {fname}()"
+
+
+def _traced_inputs(
+    args: Sequence[Any], names: Sequence[str]
+) -> tuple[list[Any], list[Value], list[str]]:
+    """Tracing Values standing for the arguments (object arrays for arrays; a batch
+    argument of a trace for batch-generic code as a ``lengths.BatchArray``)."""
+    from ..trace.lengths import batch_marks, batch_view
+
+    marks = batch_marks()
+    traced, inputs, input_names = [], [], []
+    for a, name in zip(args, names):
+        if isinstance(a, np.ndarray) and a.ndim > 0 or isinstance(a, (list, tuple)):
+            arr = np.asarray(a, dtype=np.float64)
+            vals = [Value(float(x)) for x in arr.ravel()]
+            obj = np.empty(arr.shape, dtype=object)
+            obj.ravel()[:] = vals if vals else []
+            for j in range(len(vals)):
+                vals[j].label = f"{name}_{j}"
+            traced.append(batch_view(obj) if marks and id(a) in marks else as_tensor(obj))
+            inputs.extend(vals)
+            input_names.extend(f"{name}_{j}" for j in range(len(vals)))
+        else:
+            v = Value(float(np.asarray(a, dtype=np.float64)), label=name)
+            traced.append(v)
+            inputs.append(v)
+            input_names.append(name)
+    return traced, inputs, input_names
+
+
+def as_tensor(obj: np.ndarray) -> np.ndarray:
+    try:
+        from ..trace.tensor import ValueArray
+    except ImportError:  # pragma: no cover - tensor.py is optional sugar
+        return obj
+    return obj.view(ValueArray)
+
+
+def _scalar_output(fname: str, out: Any) -> Value:
+    if isinstance(out, np.ndarray):
+        if out.size != 1:
+            raise TypeError(
+                f"{fname}() must return a scalar, but it returned an array of shape "
+                f"{out.shape}; reduce it first (for example with .sum() or a loss), or "
+                f"use ad.jacobian({fname}) for the derivatives of every element"
+            )
+        out = out.reshape(-1)[0]
+    if isinstance(out, Value):
+        return out
+    if isinstance(out, numbers.Real) and not isinstance(out, bool):
+        return constant(float(out))
+    if isinstance(out, (list, tuple, dict)):
+        raise TypeError(
+            f"{fname}() must return a scalar (a Value or a number), but it returned a "
+            f"{type(out).__name__}; for the derivatives of several outputs use "
+            f"ad.jacobian({fname}), or reduce them to one number (a sum or a loss)"
+        )
+    raise TypeError(
+        f"{fname}() must return a scalar (a Value or a number), but it returned "
+        f"{type(out).__name__!r}"
+    )
+
+
+def trace_call(
+    f: Callable,
+    args: Sequence[Any],
+    leaves: Sequence[Value] = (),
+    names: Sequence[str] | None = None,
+    sites: bool = False,
+    hoist: bool = False,
+    multi: bool = False,
+    outer: Sequence[Value] | None = None,
+    generators: Sequence[tuple[str, Any]] = (),
+) -> Tape:
+    """Call ``f`` once on tracing Values standing for ``args``; its tape.
+
+    ``leaves`` are existing Values (a model's parameters) that ``f`` reads; they
+    become the tape's first inputs. ``names`` name the arguments (default: the
+    parameters of ``f``). With ``sites`` the tape's ``where`` names the user's
+    line of each slot (tracing takes longer); without, ``where`` is None. With
+    ``hoist``, constants come first, one slot per value (what folding wants).
+    With ``multi``, ``f`` may return an array or a tuple or list of numbers and
+    arrays: the tape has one output per element, and ``tape.tree`` (see
+    ``adcompile.outputs``) records the structure (None for one scalar).
+
+    Values made before the trace (a model's parameters, or results made from
+    them) that ``f`` reads are taken as they are, never looked behind. Without
+    ``outer`` they are constants of their ``.data``. With ``outer`` (a list,
+    maybe empty), the last argument is an array of the ``.data`` of the Values
+    in ``outer``, which stand for its elements as inputs; reading any other such
+    Value raises ``captures.NewOuterValues`` naming them.
+
+    A draw from NumPy's or Python's global random generator, or from one of
+    ``generators`` ((what, generator) pairs ``f`` reaches), raises
+    ``randomness.RandomDrawError``: the compiled code would repeat it.
+    """
+    fname = function_name(f)
+    flatten_args(fname, args)  # the same argument checks as a compiled call
+    names = param_names(f, len(args)) if names is None else list(names)
+    start = next_serial()
+    constants = shared_constants() if outer is not None else set()
+    traced, inputs, input_names = _traced_inputs(args, names)
+    if outer:  # the last argument's elements are these Values themselves
+        inputs[len(inputs) - len(outer) :] = outer
+    draws = randomness.Watch(generators)
+    try:
+        with tracing(sites) as state:
+            for v in inputs:
+                traced_float(v)  # (a branch on x.data is guarded, as one on x is)
+            out = f(*traced)
+    finally:
+        for v in outer or ():
+            v.data = float(v.data)
+    draws.check(fname, captures.code_names(f))
+    if multi:
+        ys, tree = flatten_output(fname, out, _output_leaf)
+    else:
+        ys, tree = [_scalar_output(fname, out)], None
+    leaf_names = [v.label or f"params_{k}" for k, v in enumerate(leaves)]
+    all_inputs = [*leaves, *inputs]
+    order = topological_order(graph_roots(ys, all_inputs, state.guards), start)
+    if outer is not None:
+        new = outer_values(order, start, all_inputs, constants)
+        if new:
+            raise captures.NewOuterValues(new)
+    tape = build_tape(
+        ys,
+        all_inputs,
+        state.guards,
+        [*leaf_names, *input_names],
+        order=order,
+        where=state.where if sites else None,
+        hoist=hoist,
+        before=start,
+    )
+    tape.tree = tree
+    return tape
+
+
+def _output_leaf(x: Any) -> Value:
+    return x if isinstance(x, Value) else constant(float(x))
+
+
+def data_point(args: Sequence[Any]) -> list[Any]:
+    """The numbers that arguments holding Values stand for (floats, float arrays)."""
+    return [
+        np.vectorize(lambda v: v.data if isinstance(v, Value) else v, otypes=[float])(a)
+        if isinstance(a, np.ndarray)
+        else (a.data if isinstance(a, Value) else a)
+        for a in args
+    ]
+
+
+def replay(code: Tape, args: Sequence[Any]) -> list[Any]:
+    """``code``'s outputs computed on ``args`` (Values, arrays of them, numbers) by
+    recording them: how a transform called inside another one records."""
+    flat_in: list[Any] = []
+    for a in args:
+        flat_in.extend(np.asarray(a, dtype=object).ravel() if isinstance(a, np.ndarray) else [a])
+    vals = forward_sweep(code, flat_in, const=constant)
+    for g in code.guards:  # comparing Values records the guards in an outer trace
+        COMPARE[g.cmp](vals[g.a], vals[g.b])
+    return [vals[o] for o in code.outputs]
+
+
+def slot_text(tape: Tape, i: int) -> str:
+    """Slot ``i`` as a guard message names it: an input by name, a constant by value."""
+    node = tape.nodes[i]
+    if node.op == CONST:
+        return repr(node.value)
+    if i in tape.inputs:
+        return tape.names[tape.inputs.index(i)]
+    return f"v{i}"
+
+
+def values_like(layout: OutLayout | Any, values: Sequence[Any]) -> Any:
+    """Values laid out as ``layout`` (an OutLayout, or an output tree laid out from
+    0; see ``adcompile.outputs``): arrays as ValueArrays."""
+    flat = np.empty(len(values), dtype=object)
+    flat[:] = list(values)
+    if not isinstance(layout, OutLayout):
+        layout = OutLayout.of_tree(layout)
+    parts = [
+        flat[s] if sh is None else as_tensor(flat[s : s + int(np.prod(sh))].reshape(sh))
+        for s, sh in layout.parts
+    ]
+    return assemble(layout.tree, parts)
