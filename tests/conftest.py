@@ -27,6 +27,22 @@ def _no_code_shared_between_tests():
     yield
 
 
+def fresh_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader of generated code as in a new process, for one test: nothing
+    loaded or written yet, no cache directory checked, failed or warned about."""
+    from adcompile.trace import loader
+
+    for name, empty in (
+        ("_modules", {}),
+        ("_placed", {}),
+        ("_usable", {}),
+        ("_disk_off", {}),
+        ("_warned", set()),
+        ("_pending", []),
+    ):
+        monkeypatch.setattr(loader, name, empty)
+
+
 # Tests left out of check mode (ADCOMPILE_CHECK=1, which .ci/run sets for its second
 # run of the suite: every call of a transform also calls f eagerly), and why: those
 # that watch f's calls, and three that would take minutes there.

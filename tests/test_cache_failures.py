@@ -11,35 +11,38 @@ from __future__ import annotations
 
 import errno
 import importlib
+import inspect
 import math
 import os
 import subprocess
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 import numba
+import numpy as np
 import pytest
+from conftest import fresh_loader
 from numba.core import caching
 from numba.extending import overload
 
 import adcompile as ad
+from adcompile.trace import loader
 
 jit_mod = importlib.import_module("adcompile.backend.jit")
 
 
 def _forget_compiled_code() -> None:
     """Forget the code compiled in this process, so that the next compile goes to disk."""
-    jit_mod._modules.clear()
+    loader.forget()
     jit_mod.forget_shared_code()  # code shared between traces of one tape
 
 
 @pytest.fixture
 def fresh(monkeypatch):
     """No module compiled yet, no cache problem seen yet, in this process."""
-    monkeypatch.setattr(jit_mod, "_modules", {})
-    monkeypatch.setattr(jit_mod, "_disk_off", {})
-    monkeypatch.setattr(jit_mod, "_warned", set())
+    fresh_loader(monkeypatch)
     _forget_compiled_code()
     yield
     _forget_compiled_code()  # (nothing compiled in memory here is kept for later tests)
@@ -83,7 +86,7 @@ def test_a_cache_dir_that_cannot_be_a_directory_warns_once_and_compiles_in_memor
     assert len(said) == 1, said
     assert f"ADCOMPILE_CACHE_DIR={bad}" in said[0]
     assert "set ADCOMPILE_CACHE_DIR to a directory you can write to" in said[0]
-    assert "in memory" in said[0]
+    assert "without a disk cache" in said[0]
     assert blocker.read_text() == "mine"  # left alone
     assert sorted(p.name for p in tmp_path.iterdir()) == ["not-a-dir"]
     with pytest.raises(jit_mod.CacheDirError, match="ADCOMPILE_CACHE_DIR=") as err:
@@ -121,6 +124,31 @@ def test_cache_dir_file_in_a_fresh_process_is_one_warning_not_a_traceback(tmp_pa
     assert proc.stderr.count("CacheWarning") == 1
 
 
+def test_a_bad_cache_dir_is_said_when_compiling_not_at_import(tmp_path):
+    """Value's generated methods are loaded at import and need no disk cache: a bad
+    directory is said once, by the first compile, not by import or eager backward."""
+    (tmp_path / "file").write_text("")
+    script = (
+        "import warnings, adcompile as ad\n"
+        "warnings.simplefilter('always')\n"
+        "v = ad.Value(0.5)\n"
+        "(v.tanh() * v).backward()\n"
+        "print(repr(v.grad), flush=True)\n"
+        "import sys; print('compiling', file=sys.stderr, flush=True)\n"
+        "print(ad.grad(lambda x: x ** 3)(2.0))\n"
+    )
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path / "file"))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    t = math.tanh(0.5)
+    assert [float(x) for x in proc.stdout.split()] == pytest.approx([t + 0.5 * (1 - t * t), 12.0])
+    before, after = proc.stderr.split("compiling\n")
+    assert "CacheWarning" not in before
+    assert after.count("CacheWarning") == 1 and "is a file" in after
+
+
 # ------------------------------------------------ item 8: read-only, full disk
 
 
@@ -132,20 +160,51 @@ def _raise(number: int):
 
 
 @pytest.mark.parametrize("number", [errno.ENOSPC, errno.EROFS, errno.EACCES])
-def test_generated_source_that_cannot_be_written_is_compiled_in_memory(
+def test_generated_source_that_cannot_be_written_goes_to_a_temporary_directory(
     fresh, tmp_path, monkeypatch, number
 ):
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jit_mod, "_write_atomic", _raise(number))
+    write = loader.write_atomic
+
+    def refused_in_the_cache(path, text):
+        if Path(path).is_relative_to(tmp_path):
+            raise OSError(number, os.strerror(number))
+        write(path, text)
+
+    monkeypatch.setattr(loader, "write_atomic", refused_in_the_cache)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _two_new_gradients(0.83)
+        g = ad.grad(lambda x: x * ad.exp(x))
+        assert g(0.5) == pytest.approx(1.5 * math.exp(0.5))
     said = _cache_warnings(caught)
     assert len(said) == 1, said
     assert str(tmp_path) in said[0] and os.strerror(number) in said[0]
     fix = "free some space" if number == errno.ENOSPC else "make it writable"
     assert fix in said[0] and "ADCOMPILE_CACHE_DIR" in said[0]
     assert not list(tmp_path.rglob("*.py")) and not list(tmp_path.rglob("*.nbi"))
+    # the source went to this process's temporary directory, where tracebacks read it
+    path = Path(g.last.compiled.fn.py_func.__code__.co_filename)
+    assert path.read_text() == g.source and not path.is_relative_to(tmp_path)
+    assert not list(path.parent.rglob("*.nbi"))  # (no Numba cache there)
+
+
+def test_with_no_directory_at_all_the_source_is_still_shown(fresh, tmp_path, monkeypatch):
+    """No cache directory and no temporary directory either: the source is run from
+    memory, and tracebacks and inspect read it from linecache."""
+    (tmp_path / "f").write_text("")
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "f"))
+    monkeypatch.setattr(loader, "_temp", (os.getpid(), None))
+    g = ad.grad(lambda x: x * ad.sin(x))
+    with pytest.warns(ad.CacheWarning, match="is a file"):
+        assert g(0.3) == pytest.approx(math.sin(0.3) + 0.3 * math.cos(0.3))
+    fn = g.last.compiled.fn.py_func
+    assert fn.__code__.co_filename.startswith("<adcompile generated ")
+    shown = inspect.getsource(fn)
+    assert shown.startswith("def lambda_value_and_grad(") and shown in g.source
+    with pytest.raises(TypeError) as err:
+        fn(None, np.empty(2))
+    assert "math.sin(v0)" in "".join(traceback.format_exception(err.value))
 
 
 def test_numba_cache_on_a_full_disk_warns_once_and_goes_on_in_memory(fresh, tmp_path, monkeypatch):
@@ -171,7 +230,7 @@ def test_a_read_only_cache_directory(fresh, tmp_path, monkeypatch):
     if os.geteuid() == 0:  # root may write anyway: the OS says no for this directory only
         access = os.access
         monkeypatch.setattr(
-            jit_mod.os,
+            loader.os,
             "access",
             lambda p, mode, **kw: False if Path(p) == cache else access(p, mode, **kw),
         )
@@ -204,7 +263,7 @@ def _boom_typer(x):
 
 def test_an_error_inside_numba_is_a_compile_error_compiled_once(fresh, tmp_path, monkeypatch):
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
-    mod = jit_mod.load_source("def uses_boom(x):\n    return _boom(x) + 1.0\n", "probe_boom")
+    mod = loader.load("def uses_boom(x):\n    return _boom(x) + 1.0\n", "probe_boom")
     mod._boom = _boom
     made = []
     njit = jit_mod.njit
@@ -223,7 +282,7 @@ def test_an_error_inside_numba_is_a_compile_error_compiled_once(fresh, tmp_path,
 
 def test_a_numba_typing_error_is_one_clear_compile_error(fresh, tmp_path, monkeypatch):
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
-    mod = jit_mod.load_source("def bad(x):\n    return x.no_such_attribute\n", "probe_typing")
+    mod = loader.load("def bad(x):\n    return x.no_such_attribute\n", "probe_typing")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(ad.CompileError) as err:

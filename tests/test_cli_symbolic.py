@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import fresh_loader
 
 import adcompile as ad
 from adcompile.api.extend import primitive
@@ -246,13 +247,9 @@ def test_check_hessian_catches_a_wrong_second_derivative(capsys, bad_second):
 
 def test_check_says_once_that_the_cache_cannot_be_used(tmp_path, monkeypatch, capsys):
     """adcompile's own warnings (here: a cache directory that is a file) reach stderr
-    as one line; the check still runs, compiled in memory."""
-    import importlib
+    as one line; the check still runs, without a disk cache."""
 
-    jit = importlib.import_module("adcompile.backend.jit")
-    monkeypatch.setattr(jit, "_modules", {})
-    monkeypatch.setattr(jit, "_disk_off", {})
-    monkeypatch.setattr(jit, "_warned", set())
+    fresh_loader(monkeypatch)
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "file"))
     assert run("check", "sin(x) * y + x ** 3", "--at", "x=0.31,y=2") == 0
@@ -260,7 +257,7 @@ def test_check_says_once_that_the_cache_cannot_be_used(tmp_path, monkeypatch, ca
     assert "OK" in out
     lines = [line for line in err.splitlines() if "cache directory" in line]
     assert len(lines) == 1 and lines[0].startswith("adcompile: warning: ")
-    assert "is a file" in lines[0] and "in memory" in lines[0]
+    assert "is a file" in lines[0] and "without a disk cache" in lines[0]
 
 
 def test_check_takes_mod_and_floor_division(capsys):

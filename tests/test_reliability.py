@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import fresh_loader
 
 import adcompile as ad
 from adcompile.ir.tape import Param
+from adcompile.trace import loader
 
 jit_mod = importlib.import_module("adcompile.backend.jit")
 
@@ -59,14 +61,14 @@ def test_debug_nans_compiled_primal_and_adjoint():
 
 def _forget_compiled_code() -> None:
     """Forget the code compiled in this process, so that the next compile goes to disk."""
-    jit_mod._modules.clear()
+    loader.forget()
     jit_mod.forget_shared_code()  # code shared between traces of the same tape
 
 
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(jit_mod, "_modules", {})
+    fresh_loader(monkeypatch)
     _forget_compiled_code()
     yield tmp_path
     _forget_compiled_code()

@@ -28,7 +28,8 @@ from ..emit.codegen import (
     to_program,
 )
 from ..ir.tape import Param, Tape
-from .jit import compile_now, compile_uncached, interpreter, load_source, njit
+from ..trace import loader
+from .jit import compile_now, compile_uncached, interpreter, njit
 from .program import (
     CompiledProgram,
     DirectFunction,
@@ -339,10 +340,10 @@ class BasisCompiled(CompiledProgram):
             "            out[_dest[_j, _i]] = _res[_i]\n"
             "    return _ok\n"
         )
-        ns: dict[str, Any] = {"_np": np, "_one": one.numba, "_dest": self.dest}
-        exec(compile(loop, f"<adcompile {fname}>", "exec"), ns)
+        names = {"_np": np, "_one": one.numba, "_dest": self.dest}
+        basis_loop = getattr(loader.load(loop, f"basis_{fname}", names), fname)
         where = "with the code it calls (its .source)"
-        self.fn = compile_uncached(ns[fname], signature(params), fname, where, False)
+        self.fn = compile_uncached(basis_loop, signature(params), fname, where, False)
         self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
         self.source = (
             comment(self.explanation)
@@ -410,7 +411,7 @@ def compile_folded_source(
     ``lead`` is the type of an argument before the parameters (``"int64"``
     for the batch length of batch-generic code), or empty.
     """
-    mod = load_source(source, fname)
+    mod = loader.load(source, fname)
     for name in functions:
         fn = getattr(mod, name)
         if not hasattr(fn, "py_func"):  # not yet a Numba function (a reloaded module)
@@ -420,7 +421,7 @@ def compile_folded_source(
 
 def compile_straight_line(source: str, fname: str, params: Sequence[Param]) -> Callable:
     """``fname`` of straight-line ``source``: ``fname(*params, out) -> ok``, compiled."""
-    return compile_now(getattr(load_source(source, fname), fname), signature(params))
+    return compile_now(getattr(loader.load(source, fname), fname), signature(params))
 
 
 def comment(text: str) -> str:
@@ -461,7 +462,7 @@ def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Out
         ]
     )
     types = [arg_type(p.size) for p in params] + [arg_type(1)] * len(outputs.arrays)
-    fn = compile_now(getattr(load_source(source, fname), fname), arguments(types))
+    fn = compile_now(getattr(loader.load(source, fname), fname), arguments(types))
     fn.disable_compile()
     return fn
 
@@ -503,11 +504,11 @@ def compile_direct_folded(
     for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
         lines += [f"    for k in range({size}):", f"        {name}[k] = out[{start} + k]"]
     lines.append(f"    return {success}")
-    ns: dict[str, Any] = {"main": native.fn, "columns": native.columns}
-    exec(compile("\n".join(lines) + "\n", f"<adcompile direct call of {fname}>", "exec"), ns)
+    linked = {"main": native.fn, "columns": native.columns}
+    mod = loader.load("\n".join(lines) + "\n", f"direct_call_{fname}", linked)
     types = [arg_type(size) for size in sizes] + [arg_type(1)] * (len(arrays) + 1)
     what = f"the direct call of {fname}"
-    fn = compile_uncached(ns[fname], arguments(types), what, "with the code it calls")
+    fn = compile_uncached(getattr(mod, fname), arguments(types), what, "with the code it calls")
     return fn, work + n_out
 
 
@@ -559,5 +560,5 @@ def interpreter_entry(params: Sequence[Param], program: Program) -> Callable:
 
 def _entry(names: list[str], body: list[str], ns: dict[str, Any]) -> Callable:
     source = f"def entry({', '.join([*names, 'out'])}):\n" + "".join(f"    {ln}\n" for ln in body)
-    exec(compile(source, "<adcompile numba entry>", "exec"), ns)
-    return njit(ns["entry"])  # (not cached: its text is not in a file)
+    # (never cached by Numba: it links in the code it calls, which its text does not show)
+    return njit(loader.load(source, "numba_entry", ns).entry)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.outputs import OutLayout
+from ..trace import loader
 from ..trace.value import DEFAULT_MODE, MODE
 from .program import DirectPlan
 
@@ -103,9 +104,8 @@ def entry(
     if call is not None:
         ns.update(fn=native(call.fn), local=call.local, columns=call.columns)
     ns.update(readers(hidden))
-    what = f"<adcompile entry of {compiled.facts.kind} code>"
-    exec(compile("\n".join(lines), what, "exec"), ns)
-    return ns["entry"]
+    stem = f"entry_of_{compiled.facts.kind}_code"
+    return loader.load("\n".join(lines) + "\n", stem, ns).entry
 
 
 def entry_start(
@@ -282,8 +282,7 @@ def direct_entry(
     ]
     ns = entry_names(slow)
     ns.update(fn=fn, local=threading.local(), check=check, **readers(hidden))
-    exec(compile("\n".join(lines), "<adcompile direct entry>", "exec"), ns)
-    return ns["entry"]
+    return loader.load("\n".join(lines) + "\n", "direct_entry", ns).entry
 
 
 def _direct_plan(layout: OutLayout, key: tuple, fname: str, whole: bool) -> DirectPlan:

@@ -1,9 +1,9 @@
 """Generated source -> Numba functions. The only module that imports Numba.
 
-Generated source is written to a real file in the cache directory, named by
-a hash of its text, and imported from there: tracebacks point at it, a user
-can open it, and Numba's disk cache (``cache=True``) lets a second process
-skip compilation. Large tapes run on one tape interpreter, generated from the
+Generated source is loaded through ``adcompile.trace.loader``, from a real file
+in the cache directory named by a hash of its text: tracebacks point at it, a
+user can open it, and Numba's disk cache (``cache=True``) beside it lets a
+second process skip compilation. Large tapes run on one tape interpreter, generated from the
 op table and compiled once (then loaded from Numba's cache).
 """
 
@@ -12,27 +12,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
-import importlib.util
 import json
-import linecache
-import os
-import sys
-import tempfile
 import threading
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numba
 import numpy as np
 
-from ..emit.codegen import (
-    digest,
-    interpreter_source,
-)
+from ..emit.codegen import interpreter_source
+from ..trace import loader
+from ..trace.loader import CacheDirError as CacheDirError
+from ..trace.loader import CacheWarning as CacheWarning
+from ..trace.loader import cache_dir as cache_dir
 
 #: Tapes with more slots than this run on the tape interpreter instead of
 #: straight-line code (Numba needs about 1 ms per generated statement).
@@ -42,212 +37,14 @@ STRAIGHT_LINE_LIMIT = 1000
 FOLD_MIN_SLOTS = 200
 
 _lock = threading.Lock()
-_modules: dict[str, ModuleType] = {}
-#: Directories whose disk cache failed this process (path -> why): code is
-#: compiled in memory from then on, without Numba's cache.
-_disk_off: dict[str, str] = {}
-#: The cache problems already warned about (each is said once per process).
-_warned: set[str] = set()
-#: The OSError numbers that mean "this directory cannot be written" (read-only,
-#: no permission, disk full, quota), not a damaged file.
-_UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
-
-
-class CacheWarning(UserWarning):
-    """A problem with adcompile's on-disk cache: a damaged file was rebuilt, or the
-    cache directory cannot be used and code is compiled in memory instead."""
-
-
-class CacheDirError(OSError):
-    """``ADCOMPILE_CACHE_DIR`` (or the default ``~/.cache/adcompile``) names no
-    directory that adcompile can write its cache into."""
-
-
 class CompileError(RuntimeError):
     """Numba could not compile code that adcompile generated (a bug in adcompile)."""
-
-
-def _configured_dir() -> tuple[Path, bool]:
-    """The cache directory asked for, and whether ``ADCOMPILE_CACHE_DIR`` asked for it."""
-    root = os.environ.get("ADCOMPILE_CACHE_DIR")
-    if root:
-        return Path(root).expanduser(), True
-    return Path.home() / ".cache" / "adcompile", False
-
-
-def _dir_problem(path: Path) -> str | None:
-    """What keeps ``path`` from holding the cache (it is created if missing), or None."""
-    if path.exists() and not path.is_dir():
-        return "is a file, not a directory"
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:  # a parent is a file, or a dangling link
-        return "cannot be created (something in its path is not a directory)"
-    except NotADirectoryError:
-        return "cannot be created (something in its path is a file, not a directory)"
-    except OSError as e:
-        return f"cannot be created ({e.strerror or e})"
-    if not os.access(path, os.W_OK | os.X_OK):
-        return "is not writable"
-    return None
-
-
-def _problem_text(path: Path, from_env: bool, problem: str) -> str:
-    """One sentence: which directory, what is wrong with it, how to fix it."""
-    if from_env:
-        return (
-            f"the cache directory ADCOMPILE_CACHE_DIR={path} {problem}; set ADCOMPILE_CACHE_DIR "
-            "to a directory you can write to, or unset it to use ~/.cache/adcompile"
-        )
-    return (
-        f"the cache directory {path} {problem}; set ADCOMPILE_CACHE_DIR to a directory you "
-        "can write to"
-    )
-
-
-def cache_dir() -> Path:
-    """Where generated source (and Numba's cache beside it) is kept.
-
-    ``ADCOMPILE_CACHE_DIR`` overrides the default ``~/.cache/adcompile``. The
-    directory is created if missing; :class:`CacheDirError` (an ``OSError``)
-    says what is wrong when it cannot be used. (Compiling does not need it:
-    without a usable directory, code is compiled in memory, with one
-    :class:`CacheWarning`.)
-    """
-    path, from_env = _configured_dir()
-    problem = _dir_problem(path)
-    if problem is not None:
-        raise CacheDirError(_problem_text(path, from_env, problem))
-    return path
-
-
-_warn_lock = threading.Lock()
-
-
-def _warn_once(key: str, message: str) -> None:
-    """A :class:`CacheWarning`, the first time ``key`` comes up in this process."""
-    with _warn_lock:
-        if key in _warned:
-            return
-        _warned.add(key)
-    warnings.warn(f"adcompile: {message}", CacheWarning, stacklevel=3)
-
-
-def _disk_dir() -> Path | None:
-    """The cache directory to compile into, or None to compile in memory (a
-    directory that cannot be used, or whose writes failed, is warned about once)."""
-    path, from_env = _configured_dir()
-    off = _disk_off.get(str(path))
-    if off is not None:
-        return None
-    problem = _dir_problem(path)
-    if problem is None:
-        return path
-    _warn_once(
-        f"dir:{path}:{problem}",
-        _problem_text(path, from_env, problem) + ". Compiling in memory, without a disk cache.",
-    )
-    return None
-
-
-def _disk_failed(directory: Path, error: OSError, what: str) -> None:
-    """Writing ``what`` into ``directory`` failed: compile in memory from now on (said once)."""
-    why = error.strerror or str(error)
-    _disk_off[str(directory)] = why
-    fix = (
-        "free some space"
-        if error.errno in (errno.ENOSPC, errno.EDQUOT)
-        else "make it writable"
-        if error.errno in _UNWRITABLE
-        else "check it"
-    )
-    _warn_once(
-        f"write:{directory}",
-        f"cannot write {what} into the cache directory {directory} ({why}); compiling in "
-        f"memory, without a disk cache, for the rest of this process ({fix}, or set "
-        "ADCOMPILE_CACHE_DIR to another directory)",
-    )
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def load_source(source: str, stem: str) -> ModuleType:
-    """Import ``source`` from a file in the cache directory named by its hash.
-
-    Without a usable cache directory (see :func:`cache_dir`), or when writing
-    there fails (read-only, disk full), the source is run in memory instead,
-    under a ``<adcompile generated ...>`` file name that tracebacks and
-    ``linecache`` know; Numba then does not cache it.
-    """
-    key = f"{stem}_{digest(source)}"
-    with _lock:
-        mod = _modules.get(key)
-        if mod is not None:
-            return mod
-        root = _disk_dir()
-        path = None if root is None else root / f"{key}.py"
-        if path is not None:
-            try:
-                _ensure_source(path, source)
-            except OSError as e:
-                _disk_failed(path.parent, e, "generated source")
-                path = None
-        name = f"adcompile_generated.{key}"
-        if path is not None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-        else:
-            mod = _module_in_memory(source, name, key)
-        sys.modules[name] = mod
-        _modules[key] = mod
-        return mod
-
-
-def _ensure_source(path: Path, source: str) -> None:
-    """Make ``path`` hold ``source`` (a damaged file is rebuilt, with a warning)."""
-    try:
-        same: bool | None = path.read_text() == source
-    except (OSError, UnicodeDecodeError):
-        same = None if not path.exists() else False
-    if same:
-        return
-    if same is False:
-        warnings.warn(
-            f"adcompile: cache file {path} was corrupt or not ours; rebuilt it",
-            CacheWarning,
-            stacklevel=4,
-        )
-        _remove_numba_cache(path)
-    _write_atomic(path, source)
-
-
-def _module_in_memory(source: str, name: str, key: str) -> ModuleType:
-    """Run ``source`` as module ``name`` with no file behind it (no disk cache)."""
-    filename = f"<adcompile generated {key}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    mod = ModuleType(name)
-    exec(compile(source, filename, "exec"), mod.__dict__)
-    return mod
 
 
 def _on_disk(fn: Callable) -> Path | None:
     """The source file of ``fn`` if Numba may cache it beside it, else None."""
     filename = fn.__code__.co_filename
-    if filename.startswith("<"):
-        return None
-    path = Path(filename)
-    return None if str(path.parent) in _disk_off else path
+    return Path(filename) if loader.cacheable(filename) else None
 
 
 def njit(fn: Callable, inline: bool = False) -> Callable:
@@ -268,7 +65,7 @@ def njit(fn: Callable, inline: bool = False) -> Callable:
     try:
         dispatcher = numba.njit(cache=True, **options)(fn)
     except RuntimeError as e:  # Numba found nowhere to keep its cache
-        _disk_failed(path.parent, OSError(errno.EACCES, str(e)), "Numba's cache")
+        loader.disk_failed(path.parent, OSError(errno.EACCES, str(e)), "Numba's cache")
         return numba.njit(cache=False, **options)(fn)
     _watch_cache(dispatcher, path)
     return dispatcher
@@ -296,24 +93,19 @@ def _watch_cache(dispatcher: Any, path: Path) -> None:
                 stacklevel=2,
             )
             with contextlib.suppress(OSError):
-                _remove_numba_cache(path)
+                loader.remove_numba_cache(path)
             return None  # a miss: Numba compiles and saves afresh
 
     def save_overload(sig: Any, data: Any) -> None:
         try:
             save(sig, data)
         except OSError as e:  # read-only, full, over quota: the compiled code still runs
-            _disk_failed(path.parent, e, "Numba's cache")
+            loader.disk_failed(path.parent, e, "Numba's cache")
         except Exception as e:  # (an index that cannot be read back): the same
-            _disk_failed(path.parent, OSError(errno.EIO, _first_line(e)), "Numba's cache")
+            loader.disk_failed(path.parent, OSError(errno.EIO, _first_line(e)), "Numba's cache")
 
     cache.load_overload = load_overload
     cache.save_overload = save_overload
-
-
-def _remove_numba_cache(source_path: Path) -> None:
-    for f in (source_path.parent / "__pycache__").glob(source_path.stem + ".*"):
-        f.unlink(missing_ok=True)
 
 
 def _where(fn: Callable) -> str:
@@ -415,7 +207,7 @@ def code_version() -> str:
 
 
 def _record_path(digest: str) -> Path | None:
-    root = _disk_dir()
+    root = loader.disk_dir()
     return None if root is None else root / "tapes" / f"{digest}.json"
 
 
@@ -440,9 +232,9 @@ def write_record(digest: str, record: dict) -> None:
         return
     try:
         path.parent.mkdir(exist_ok=True)
-        _write_atomic(path, json.dumps({**record, "digest": digest}))
+        loader.write_atomic(path, json.dumps({**record, "digest": digest}))
     except OSError as e:
-        _disk_failed(path.parent.parent, e, "a record of compiled code")
+        loader.disk_failed(path.parent.parent, e, "a record of compiled code")
 
 
 def forget_shared_code() -> None:
@@ -462,27 +254,8 @@ def clear_cache() -> int:
     """
     forget_shared_code()
     with _lock:
-        _modules.clear()
         _interpreters.clear()
-        _disk_off.clear()
-        path, from_env = _configured_dir()
-        problem = _dir_problem(path)
-        if problem is not None:
-            raise CacheDirError(_problem_text(path, from_env, problem))
-        n = 0
-        for f in sorted(path.rglob("*"), reverse=True):
-            try:
-                if f.is_dir() and not f.is_symlink():
-                    f.rmdir()
-                else:
-                    f.unlink(missing_ok=True)
-                    n += 1
-            except OSError as e:
-                raise CacheDirError(
-                    f"cannot delete {f} from the cache directory {path} "
-                    f"({e.strerror or e}); delete it yourself, or make the directory writable"
-                ) from None
-    return n
+    return loader.clear_files()
 
 
 def compile_uncached(
@@ -507,12 +280,12 @@ def interpreter() -> tuple[Callable, Callable]:
     source = (
         "# generated by adcompile: the tape interpreter\nimport math\n\n\n" + interpreter_source()
     )
-    key = digest(source)
+    key = loader.digest(source)
     with _lock:
         found = _interpreters.get(key)
     if found is not None:
         return found
-    mod = load_source(source, "interpreter")
+    mod = loader.load(source, "interpreter")
     i64, f64 = numba.types.int64[::1], numba.types.float64[::1]
     found = (
         compile_now(mod.run, numba.types.none(i64, i64, i64, f64)),
@@ -552,9 +325,9 @@ def vmap_kernel(entry: Callable, kinds: Sequence[str]) -> Callable:
     key = (entry, tuple(kinds))
     found = _vmap_kernels.get(key)
     if found is None:
-        ns: dict[str, Any] = {"entry": entry, "prange": numba.prange}
-        exec(compile(vmap_source(kinds), "<adcompile vmap kernel>", "exec"), ns)
-        found = numba.njit(parallel=True, error_model="numpy", nogil=True)(ns["vmapped"])
+        names = {"entry": entry, "prange": numba.prange}
+        vmapped = loader.load(vmap_source(kinds), "vmap_kernel", names).vmapped
+        found = numba.njit(parallel=True, error_model="numpy", nogil=True)(vmapped)
         _vmap_kernels[key] = found
     return found
 
@@ -573,9 +346,9 @@ def cuda_vmap_kernel(
     key = ("cuda", point_fn, tuple(kinds))
     kernel = _vmap_kernels.get(key)
     if kernel is None:
-        ns: dict[str, Any] = {"entry": cuda.jit(device=True)(point_fn), "cuda": cuda}
-        exec(compile(vmap_source(kinds, "cuda"), "<adcompile cuda vmap kernel>", "exec"), ns)
-        kernel = _vmap_kernels[key] = cuda.jit(ns["vmapped"])
+        names = {"entry": cuda.jit(device=True)(point_fn), "cuda": cuda}
+        vmapped = loader.load(vmap_source(kinds, "cuda"), "cuda_vmap_kernel", names).vmapped
+        kernel = _vmap_kernels[key] = cuda.jit(vmapped)
     on_device = [cuda.to_device(a) if isinstance(a, np.ndarray) else a for a in args]
     out = cuda.device_array((n, n_out), dtype=np.float64)
     ok = cuda.device_array(n, dtype=np.bool_)

@@ -11,7 +11,6 @@ Two forms:
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -358,8 +357,3 @@ def interpreter_source(ops: Sequence[Op] | None = None) -> str:
     lines.append("            return False")
     lines.append("    return True")
     return "\n".join(lines) + "\n"
-
-
-def digest(text: str) -> str:
-    """A short stable hash of generated source, used to name cache files."""
-    return hashlib.sha256(text.encode()).hexdigest()[:20]

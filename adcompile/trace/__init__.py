@@ -7,6 +7,9 @@
   outside its arguments, and how each call checks it is unchanged (or refuses it).
 - ``lengths``: branches on a batch length, recorded as guards on the length.
 - ``checking``: check mode (``ADCOMPILE_CHECK=1``).
+- ``loader``: generated source -> a module run from a real file (the cache
+  directory's checks included). It sits here, the lowest stage that runs
+  generated code (``Value``'s methods), and every later stage loads through it.
 
 Reads only ``ir``.
 """

@@ -36,6 +36,7 @@ import numpy as np
 from ..ir import ops
 from ..ir.ops import OPS, Op
 from ..ir.tape import CONST, INPUT, Guard, Node, Tape
+from . import loader
 
 serials = itertools.count()
 
@@ -413,8 +414,7 @@ def _compiled(src: str, env: dict, name: str) -> Any:
         _SINK=_SINK,
         _operand=_operand,
     )
-    exec(compile(src, f"<adcompile.value {name}>", "exec"), env)  # noqa: S102
-    return env["method"]
+    return loader.load(src, f"value_{name}", env).method
 
 
 def _binop(
@@ -921,8 +921,7 @@ def backward_step(op: Op) -> Callable[[Value, float], None]:
     unpack = _UNPACK.get(n, ["x0 = v._a", f"{', '.join(names[1:])}, = v._b"])
     lines = [(1, text) for text in unpack] + (body or [(1, "pass")])
     src = "\ndef step(v, g):\n" + _indented(lines, 0) + "\n"
-    exec(compile(src, f"<adcompile.value backward {op.name}>", "exec"), env)  # noqa: S102
-    step = env["step"]
+    step = loader.load(src, f"value_backward_{op.name}", env).step
     step.source = src
     step.lines = lines  # its statements as (depth, text): the sweep writes them inline
     _STEPS[op] = step
@@ -1377,8 +1376,7 @@ def _make_sweep(inline: Sequence[str]) -> Callable[..., None]:
         env[f"_op{k}"] = op
         parts.append(f"        if fn is _op{k}:\n{_indented(step.lines, 2)}\n            continue")
     src = _SWEEP_SRC.format(inline="\n".join(parts))
-    exec(compile(src, "<adcompile.value backward sweep>", "exec"), env)  # noqa: S102
-    sweep = env["sweep"]
+    sweep = loader.load(src, "value_backward_sweep", env).sweep
     sweep.source = src
     return sweep
 

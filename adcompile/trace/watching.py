@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from . import loader
+
 
 @dataclass
 class Watched:
@@ -148,8 +150,7 @@ class Checker:
         head = f"def changed({', '.join(p + '=None' for p in self.params)}):"
         self.source = head + "\n" + "\n".join(lines) + "\n"
         self.ns["_nd"], self.ns["_items"] = np.ndarray, _items
-        exec(compile(self.source, "<adcompile watched values>", "exec"), self.ns)  # noqa: S102
-        self.changed: Callable[[], int] = self.ns["changed"]
+        self.changed: Callable[[], int] = loader.load(self.source, "watched", self.ns).changed
         self.watched = list(watched)
 
     def keep(self) -> None:
