@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import fresh_loader
 
 import adcompile as ad
 from adcompile.backend import entries, jit
@@ -228,3 +229,29 @@ def test_one_file_per_text_written_once(tmp_path, monkeypatch):
     assert shared is loader.load(source, "probe twice")  # one module without names
     assert path.stat().st_mtime_ns == stamp  # not written again
     assert loader.cacheable(str(path))
+
+
+def test_bytecode_beside_the_file_and_edits_undone(tmp_path, monkeypatch):
+    """Compiled code is read through Python's bytecode cache beside its file; a damaged
+    bytecode file, or an edit to the generated file (even one of the same size), never
+    changes what runs."""
+    import importlib.util
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
+    fresh_loader(monkeypatch)
+    source = "def plus_one(x):\n    return x + 1.0\n"
+    assert loader.load(source, "probe_plus").plus_one(2.0) == 3.0
+    (path,) = tmp_path.glob("probe_plus_*.py")
+    pyc = Path(importlib.util.cache_from_source(str(path)))
+    assert pyc.is_file()
+    loader.forget()
+    pyc.write_bytes(pyc.read_bytes()[:16] + b"not marshal data")  # a valid header
+    assert loader.load(source, "probe_plus").plus_one(2.0) == 3.0
+    assert not pyc.exists()  # (the damaged file is gone; the next load writes it again)
+    loader.forget()
+    path.write_text(source.replace("+ 1.0", "- 1.0"))  # the same size
+    with pytest.warns(ad.CacheWarning, match="corrupt or not ours; rebuilt"):
+        assert loader.load(source, "probe_plus").plus_one(2.0) == 3.0
+    assert path.read_text() == source

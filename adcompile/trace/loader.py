@@ -23,6 +23,7 @@ import atexit
 import contextlib
 import errno
 import hashlib
+import importlib.util
 import linecache
 import os
 import shutil
@@ -31,6 +32,7 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Mapping
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import CodeType, ModuleType
 from typing import Any
@@ -111,6 +113,9 @@ def cacheable(filename: str) -> bool:
 
 
 def _safe(stem: str) -> str:
+    """``stem`` as a file name: letters, digits and ``_``, at most 60 of them."""
+    if stem.isidentifier() and len(stem) <= 60:
+        return stem
     return "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in stem)[:60] or "code"
 
 
@@ -137,17 +142,35 @@ def _write(
     """``folder/<key>.py`` holding ``source`` (checked or written once per process)
     and the code compiled under its name; None when it cannot be written (said
     once when ``folder`` is the cache directory)."""
-    found = _placed.get((str(folder), key))
+    where = str(folder)
+    found = _placed.get((where, key))
     if found is None:
-        path = folder / f"{key}.py"
+        path = os.path.join(where, key + ".py")
         try:
-            ensure_source(path, source)
+            _ensure_source(path, source)
         except OSError as e:
             if cache:
                 disk_failed(folder, e, "generated source", quiet)
             return None
-        found = _placed[(str(folder), key)] = (str(path), compile(source, str(path), "exec"))
+        if cache and not sys.dont_write_bytecode:
+            code = _bytecode(path, key, source)
+        else:
+            code = compile(source, path, "exec")
+        found = _placed[(where, key)] = (path, code)
     return found
+
+
+def _bytecode(path: str, key: str, source: str) -> CodeType:
+    """The code of ``path`` (which holds ``source``), through Python's bytecode cache
+    beside it (``__pycache__``, as for an imported module): a later process reads
+    it instead of compiling the source again."""
+    try:
+        name = f"adcompile_generated.{key}"
+        return SourceFileLoader(name, path).get_code(name)
+    except Exception:  # noqa: BLE001 - a damaged bytecode file: compiled from the text
+        with contextlib.suppress(OSError):
+            os.unlink(importlib.util.cache_from_source(path))
+        return compile(source, path, "exec")
 
 
 def _temp_dir() -> Path | None:
@@ -170,12 +193,13 @@ def _remove_temp(pid: int, path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def ensure_source(path: Path, source: str) -> None:
+def _ensure_source(path: str, source: str) -> None:
     """Make ``path`` hold ``source`` (a damaged file is rebuilt, with a warning)."""
     try:
-        same: bool | None = path.read_text() == source
+        with open(path, encoding="utf-8") as f:
+            same: bool | None = f.read() == source
     except (OSError, UnicodeDecodeError):
-        same = None if not path.exists() else False
+        same = None if not os.path.exists(path) else False
     if same:
         return
     if same is False:
@@ -184,8 +208,8 @@ def ensure_source(path: Path, source: str) -> None:
             CacheWarning,
             stacklevel=5,
         )
-        remove_numba_cache(path)
-    write_atomic(path, source)
+        remove_numba_cache(Path(path))
+    write_atomic(Path(path), source)
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -193,7 +217,7 @@ def write_atomic(path: Path, text: str) -> None:
     the old file or the new one, never half of one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
