@@ -44,8 +44,8 @@ _UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUO
 _lock = threading.RLock()
 #: Modules loaded without names of their own, by key (stem and digest).
 _modules: dict[str, ModuleType] = {}
-#: Where each source of this process went: (directory, key) -> (file name, code).
-_placed: dict[tuple[str, str], tuple[str, CodeType]] = {}
+#: The files written or checked this process: (directory, key) -> file name.
+_placed: dict[tuple[str, str], str] = {}
 #: Directories whose writes failed this process (path -> why): files go to the
 #: temporary directory from then on, without Numba's cache.
 _disk_off: dict[str, str] = {}
@@ -121,30 +121,28 @@ def _safe(stem: str) -> str:
 
 def _place(source: str, key: str, quiet: bool) -> tuple[str, CodeType]:
     """The file name ``source`` runs under (written if need be) and its code: in
-    the cache directory, else this process's temporary directory, else none."""
+    the cache directory (through Python's bytecode cache there), else this
+    process's temporary directory, else none."""
     root = disk_dir(quiet)
-    found = None if root is None else _write(root, source, key, cache=True, quiet=quiet)
-    if found is None:
-        temp = _temp_dir()
-        found = None if temp is None else _write(temp, source, key, cache=False, quiet=True)
-    if found is None:
-        found = _placed.get(("", key))
-    if found is None:  # no disk at all: tracebacks read the text from linecache
-        filename = f"<adcompile generated {key}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        found = _placed[("", key)] = (filename, compile(source, filename, "exec"))
-    return found
+    path = None if root is None else _write(root, source, key, cache=True, quiet=quiet)
+    if path is not None:
+        bytecode = not sys.dont_write_bytecode
+        return path, _bytecode(path, key, source) if bytecode else compile(source, path, "exec")
+    temp = _temp_dir()
+    path = None if temp is None else _write(temp, source, key, cache=False, quiet=True)
+    if path is None:  # no disk at all: tracebacks read the text from linecache
+        path = f"<adcompile generated {key}>"
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+    return path, compile(source, path, "exec")
 
 
-def _write(
-    folder: Path, source: str, key: str, cache: bool, quiet: bool
-) -> tuple[str, CodeType] | None:
-    """``folder/<key>.py`` holding ``source`` (checked or written once per process)
-    and the code compiled under its name; None when it cannot be written (said
-    once when ``folder`` is the cache directory)."""
+def _write(folder: Path, source: str, key: str, cache: bool, quiet: bool) -> str | None:
+    """The file ``folder/<key>.py``, made to hold ``source`` (checked or written once
+    per process); None when it cannot be written (said once when ``folder`` is the
+    cache directory)."""
     where = str(folder)
-    found = _placed.get((where, key))
-    if found is None:
+    path = _placed.get((where, key))
+    if path is None:
         path = os.path.join(where, key + ".py")
         try:
             _ensure_source(path, source)
@@ -152,12 +150,8 @@ def _write(
             if cache:
                 disk_failed(folder, e, "generated source", quiet)
             return None
-        if cache and not sys.dont_write_bytecode:
-            code = _bytecode(path, key, source)
-        else:
-            code = compile(source, path, "exec")
-        found = _placed[(where, key)] = (path, code)
-    return found
+        _placed[(where, key)] = path
+    return path
 
 
 def _bytecode(path: str, key: str, source: str) -> CodeType:
