@@ -43,8 +43,7 @@ class CompileError(RuntimeError):
 
 def _on_disk(fn: Callable) -> Path | None:
     """The source file of ``fn`` if Numba may cache it beside it, else None."""
-    filename = fn.__code__.co_filename
-    return Path(filename) if loader.cacheable(filename) else None
+    return Path(fn.__code__.co_filename) if loader.cacheable(fn) else None
 
 
 def njit(fn: Callable, inline: bool = False) -> Callable:

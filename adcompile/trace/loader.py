@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import CodeType, ModuleType
@@ -103,10 +103,15 @@ def load(source: str, stem: str, names: Mapping[str, Any] | None = None) -> Modu
         return mod
 
 
-def cacheable(filename: str) -> bool:
-    """Whether Numba may keep its cache beside the file ``filename``: one that
-    :func:`load` wrote into the cache directory, which has not failed since."""
-    if filename.startswith("<"):
+def cacheable(fn: Callable) -> bool:
+    """Whether Numba may keep the machine code of ``fn`` on disk, beside its file: a
+    function of a module :func:`load` loaded without ``names`` from the cache
+    directory, which has not failed since. (Code loaded with names links in what
+    they hold, which its text does not show: its machine code must not be reused.)"""
+    name = fn.__globals__.get("__name__") or ""
+    mod = _modules.get(name.removeprefix("adcompile_generated."))
+    filename = fn.__code__.co_filename
+    if mod is None or mod.__dict__ is not fn.__globals__ or filename.startswith("<"):
         return False
     parent = str(Path(filename).parent)
     return parent not in _disk_off and (_temp is None or parent != str(_temp[1]))
