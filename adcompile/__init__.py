@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from .ir.ops import OPS, Op
 from .ir.tape import Guard, Node, Tape
-from .trace.value import FUNCTIONS, NonFiniteError, Value, debug_nans, no_grad
+from .trace.functions import FUNCTIONS
+from .trace.mode import NonFiniteError, debug_nans, no_grad
+from .trace.value import Value
 
 from .api.transform import grad, jit, show_code, trace, value_and_grad  # isort: skip
 from .api.events import RetraceWarning  # isort: skip

@@ -46,7 +46,8 @@ def _show(label: str, med: dict[str, float]) -> None:
 
 
 def _trace_chain(n: int) -> Callable[[], Any]:
-    from adcompile.trace.value import Value, tracing
+    from adcompile.trace.mode import tracing
+    from adcompile.trace.value import Value
 
     def call() -> Any:
         with tracing():

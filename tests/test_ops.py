@@ -27,7 +27,7 @@ from adcompile.diff import interpret
 from adcompile.diff.reverse import grad_tape
 from adcompile.ir.ops import OPS
 from adcompile.symbolic.bridge import tape_to_sympy
-from adcompile.trace.value import build_tape
+from adcompile.trace.tapes import build_tape
 
 NAMES = sorted(OPS)
 INF, NAN = math.inf, math.nan

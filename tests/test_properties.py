@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import adcompile as ad
 from adcompile.diff import interpret
 from adcompile.ir.ops import OPS
-from adcompile.trace.value import build_tape
+from adcompile.trace.tapes import build_tape
 
 NAMES = sorted(OPS)
 N_INPUTS = 3

@@ -238,7 +238,7 @@ def test_memory_flat_over_compiled_calls():
 
 
 def test_compiling_pauses_the_cyclic_collector_and_restores_its_state():
-    from adcompile.trace.value import gc_paused
+    from adcompile.trace.mode import gc_paused
 
     seen = []
 

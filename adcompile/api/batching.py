@@ -24,7 +24,7 @@ from ..emit.fold import batch_source
 from ..ir.tape import Param, Tape
 from ..loops.ir import Lin
 from ..trace import captures
-from ..trace.value import gc_paused
+from ..trace.mode import gc_paused
 from .events import loop_ir_failed
 from .specialisation import Specialisation, keep_first
 

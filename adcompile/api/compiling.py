@@ -27,7 +27,7 @@ from ..ir.ops import OPS
 from ..ir.outputs import OutLayout
 from ..ir.tape import Param, Tape, forward_sweep
 from ..trace.arguments import param_names, shape_text
-from ..trace.value import gc_paused, nonfinite_error
+from ..trace.mode import gc_paused, nonfinite_error
 from .events import (
     Announce,
     CompileEvent,

@@ -39,7 +39,9 @@ from ..ir.outputs import OutLayout, join, leaves, map_leaves, size
 from ..ir.passes import simplify
 from ..ir.tape import Param, Tape, forward_sweep
 from ..trace.arguments import shape_text
-from ..trace.value import Value, build_tape, constant, gc_paused, recording
+from ..trace.mode import gc_paused, recording
+from ..trace.tapes import build_tape
+from ..trace.value import Value, constant
 from .specialisation import Specialisation
 from .tracing import data_point, flatten_args, replay, values_like
 from .transform import Transformed

@@ -53,7 +53,9 @@ from typing import Any
 
 from ..ir.ops import OPS, Op, apply, register
 from ..ir.tape import CONST, INPUT
-from ..trace.value import Value, build_tape, tracing
+from ..trace.mode import tracing
+from ..trace.tapes import build_tape
+from ..trace.value import Value
 
 __all__ = ["primitive", "Function"]
 

@@ -21,17 +21,16 @@ from ..ir.outputs import OutLayout, assemble, flatten_output
 from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
+from ..trace.mode import tracing
+from ..trace.tapes import build_tape, graph_roots
+from ..trace.traced import traced_float
 from ..trace.value import (
     Value,
-    build_tape,
     constant,
-    graph_roots,
     next_serial,
     outer_values,
     shared_constants,
     topological_order,
-    traced_float,
-    tracing,
 )
 
 # ------------------------------------------------------------------ arguments

@@ -36,7 +36,8 @@ from ..diff.reverse import grad_tape
 from ..ir.tape import Tape
 from ..trace import arguments, captures
 from ..trace.arguments import argnum_positions, keyword_is_input, param_names
-from ..trace.value import Value, debug_nans_enabled, gc_paused
+from ..trace.mode import debug_nans_enabled, gc_paused
+from ..trace.value import Value
 from .batching import BatchMixin
 from .captured import CapturesMixin
 from .compiling import CompileMixin

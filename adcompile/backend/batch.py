@@ -37,8 +37,9 @@ import numpy as np
 from ..emit.codegen import CodeFacts
 from ..ir.tape import Param, Tape
 from ..trace.lengths import Guard, holds
+from ..trace.mode import debug_nans, no_grad
 from ..trace.tensor import tensor
-from ..trace.value import Value, debug_nans, no_grad
+from ..trace.value import Value
 from .program import (
     CompiledProgram,
     DirectFunction,

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir.outputs import OutLayout
 from ..trace import loader
-from ..trace.value import DEFAULT_MODE, MODE
+from ..trace.mode import DEFAULT_MODE, MODE
 from .program import DirectPlan
 
 F64_DTYPE = np.dtype(np.float64)

@@ -334,7 +334,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..datasets import make_moons
     from ..nn import MLP, HingeLoss
     from ..optim import SGD
-    from ..trace.value import gc_paused
+    from ..trace.mode import gc_paused
 
     X, y = make_moons(args.points, noise=0.1, seed=args.seed)
     random.seed(args.seed)

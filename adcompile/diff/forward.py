@@ -39,7 +39,9 @@ from ..ir.tape import (
     reverse_sweep,
     tangent_sweep,
 )
-from ..trace.value import Value, build_tape, constant, gc_paused, recording
+from ..trace.mode import gc_paused, recording
+from ..trace.tapes import build_tape
+from ..trace.value import Value, constant
 
 #: Which sweeps ``jacobian_tape`` uses: reverse (one per output), forward (one
 #: per input), or the fewer of the two.

@@ -15,16 +15,8 @@ from typing import Any
 
 from ..ir.passes import simplify
 from ..ir.tape import Node, Tape, active_slots, forward_sweep, reverse_sweep
-from ..trace.value import (
-    Value,
-    append_nodes,
-    constant,
-    gc_paused,
-    next_serial,
-    recorded_on,
-    recording,
-    serial_of,
-)
+from ..trace.mode import gc_paused, recording
+from ..trace.value import Value, append_nodes, constant, next_serial, recorded_on, serial_of
 
 
 class _Adjoints(list):

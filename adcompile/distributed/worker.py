@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..api import transform as api
-from ..trace.value import NonFiniteError
+from ..trace.mode import NonFiniteError
 
 
 class GuardFailed(Exception):

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ..trace.functions import FUNCTIONS
 from ..trace.tensor import ValueArray, asarray, data, tensor
-from ..trace.value import FUNCTIONS, Value
+from ..trace.value import Value
 
 # these work on floats and Values alike
 _exp, _log, _relu, _softplus, _maximum = (

@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 
 from .arguments import argnum_positions, keyword_is_input, param_names, shape_text
+from .mode import recording
 from .tensor import ValueArray, data
-from .value import Value, recording
+from .value import Value
 
 #: A transform (``api.Transformed``; this module sits below ``api``, which wraps its
 #: transforms in :class:`Checked`).

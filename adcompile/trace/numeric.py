@@ -1,0 +1,122 @@
+"""A Value as a Python number: comparisons, ``float()``, ``int()``, ``round()``,
+``divmod()``, ``item()``, ``repr()``, and why ``range(v)`` is refused.
+
+``Numeric`` is ``Value``'s base class (a mixin with no state of its own): its
+methods read only the Value's ``.data``, its public operators and the hook
+``_compare``, which ``Value`` implements (a bool from ``.data``; while tracing,
+kept as a guard). Only Values are ``Numeric``. Each conversion that would freeze
+a traced value into compiled code is refused while tracing, with an error saying
+what to do instead.
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+from typing import Any
+
+from .mode import MODE, STATIC_HINT, index_error
+
+
+class Numeric:
+    """What a Value does as a Python number (the float it holds, ``.data``)."""
+
+    __slots__ = ()
+    data: float  # (the Value's slots)
+    grad: float
+
+    # -- comparisons: a bool from .data; while tracing, kept as a guard -----
+
+    def _compare(self, cmp: str, other: Any) -> bool:
+        """``self cmp other`` (``"<"``, ``"=="`` ...): Value's, which keeps it as a guard
+        while tracing."""
+        raise NotImplementedError
+
+    def __lt__(self, other: Any) -> bool:
+        return self._compare("<", other)
+
+    def __le__(self, other: Any) -> bool:
+        return self._compare("<=", other)
+
+    def __gt__(self, other: Any) -> bool:
+        return self._compare(">", other)
+
+    def __ge__(self, other: Any) -> bool:
+        return self._compare(">=", other)
+
+    # == and != follow the floats too (a guard while tracing), as a branch on
+    # ``x == 0.5`` must; hash() stays object identity, as in micrograd and
+    # PyTorch, so Values still live in sets and dicts (a set lookup compares
+    # hashes first, and distinct Values never share one).
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (Numeric, numbers.Real)):
+            return self._compare("==", other)
+        return NotImplemented
+
+    def __ne__(self, other: Any) -> bool:
+        if isinstance(other, (Numeric, numbers.Real)):
+            return self._compare("!=", other)
+        return NotImplemented
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        """Truthiness of the float (``x != 0``), guarded while tracing."""
+        return self._compare("!=", 0.0)
+
+    # -- conversions: refused while tracing ---------------------------------
+
+    def _frozen(self, how: str, hint: str = "") -> None:
+        if MODE.get().trace is not None:
+            raise TypeError(
+                f"{how} was called on a traced Value: it would freeze the value seen "
+                "while tracing into the compiled code. Keep it a Value: use the "
+                "adcompile functions (ad.sin(x), ad.exp(x) ...), NumPy ufuncs (np.sin(x), "
+                "np.floor(x), np.isnan(x) ...) or operators instead of math.* / float() / "
+                f"int() / round(){hint}"
+            )
+
+    def __float__(self) -> float:
+        self._frozen("float() (or a math.* function)")
+        return self.data
+
+    def __int__(self) -> int:
+        self._frozen("int()", f"; an integer argument {STATIC_HINT}")
+        return int(self.data)
+
+    def __index__(self) -> int:
+        """Refused: a Value stands for a float; the error says how to pass an integer."""
+        raise TypeError(index_error(self.data))
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        """Python's ``round``, on the float (an int, as for a float); refused while
+        tracing. ``np.round(v)`` and ``v.round()`` give a Value."""
+        self._frozen("round()", "; np.round(x) rounds a Value and is recorded")
+        return round(self.data, ndigits)
+
+    def round(self, decimals: int = 0, out: None = None) -> Any:
+        """Rounded to ``decimals`` digits as ``np.round`` (``rint(x * 10**d) / 10**d``,
+        halves to even); derivative 0. ``np.round(v)`` calls this."""
+        if out is not None:
+            raise TypeError("Value.round(out=...) is not supported: use the Value it returns")
+        d = operator.index(decimals)
+        if d == 0:
+            return self.rint()  # type: ignore[attr-defined]
+        if d > 0:
+            return (self * 10.0**d).rint() / 10.0**d  # type: ignore[operator]
+        return (self / 10.0**-d).rint() * 10.0**-d  # type: ignore[operator]
+
+    def __divmod__(self, other: Any) -> tuple[Any, Any]:
+        return self // other, self % other  # type: ignore[operator]
+
+    def __rdivmod__(self, other: Any) -> tuple[Any, Any]:
+        return other // self, other % self
+
+    def item(self) -> float:
+        """The value as a Python float."""
+        self._frozen("item()")
+        return self.data
+
+    def __repr__(self) -> str:
+        return f"Value(data={self.data}, grad={self.grad})"

@@ -1,0 +1,154 @@
+"""``TracedFloat``: the ``.data`` of a Value made while tracing.
+
+A float whose comparisons and truthiness, made in the user's code, are kept as
+guards on its Value (a branch on ``x.data > 0`` is guarded as one on ``x > 0``
+is), through the Value's own comparison operators; ``np.isnan(x.data)`` ... are
+guarded as on the Value. Used as a plain number it would freeze the traced value
+into compiled code: ``frozen_data`` refuses that. A TracedFloat never holds its
+Value (that would be a cycle): a leaf's holds a weak reference to it, a result's
+its op and operands and the function that makes the Value again. ``as_float``:
+what ``Value(x)`` takes (refusing a traced ``.data`` too).
+"""
+
+from __future__ import annotations
+
+import numbers
+import operator
+import sys
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..ir.ops import Op
+from .mode import COMPARE_FLOATS, LIBRARY_FRAMES, MODE
+from .numeric import Numeric
+from .ufuncs import PREDICATES
+
+#: The Values' comparison operators, by symbol (a guard while tracing).
+COMPARE_VALUES = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+class TracedFloat(float):
+    """The ``.data`` of a Value made while tracing: a float whose comparisons and
+    truthiness, made in the user's code, are kept as guards on its Value (a
+    branch on ``x.data > 0`` is guarded as one on ``x > 0`` is)."""
+
+    # A leaf's: owner a weak reference to it (the trace holds it), op None; a
+    # result's: its op and operands, and as owner the function that makes it again
+    # from them (a reference to the result itself would be a cycle, and the result
+    # may be gone by the time its ``.data`` is compared).
+    __slots__ = ("owner", "op", "args")
+
+    def value(self) -> Any:
+        """The Value this is the ``.data`` of (made again for a result), or None."""
+        op = self.op
+        if op is None:
+            return self.owner()
+        return self.owner(op, self.args, float(self))
+
+    def _guard(self, cmp: str, other: Any) -> Any:
+        if MODE.get().trace is None or sys._getframe(2).f_globals.get("__name__", "").startswith(
+            LIBRARY_FRAMES
+        ):
+            return COMPARE_FLOATS[cmp](float(self), other)
+        if type(other) is TracedFloat:
+            other = other.value()
+        elif not isinstance(other, (Numeric, numbers.Real)):  # (a Value, or a number)
+            return COMPARE_FLOATS[cmp](float(self), other)
+        owner = self.value()
+        if owner is None or other is None:
+            return COMPARE_FLOATS[cmp](float(self), float(other))
+        return COMPARE_VALUES[cmp](owner, other)
+
+    def __lt__(self, other: Any) -> Any:
+        return self._guard("<", other)
+
+    def __le__(self, other: Any) -> Any:
+        return self._guard("<=", other)
+
+    def __gt__(self, other: Any) -> Any:
+        return self._guard(">", other)
+
+    def __ge__(self, other: Any) -> Any:
+        return self._guard(">=", other)
+
+    def __eq__(self, other: Any) -> Any:
+        return self._guard("==", other)
+
+    def __ne__(self, other: Any) -> Any:
+        return self._guard("!=", other)
+
+    __hash__ = float.__hash__
+
+    def __bool__(self) -> bool:
+        return bool(self._guard("!=", 0.0))
+
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        """``np.isnan(x.data)``, ``np.isinf``, ``np.isfinite`` in the user's code while
+        tracing: guarded as on the Value; any other ufunc sees a plain float."""
+        test = PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
+        if (
+            test is not None
+            and MODE.get().trace is not None
+            and not sys._getframe(1).f_globals.get("__name__", "").startswith(LIBRARY_FRAMES)
+        ):
+            owner = self.value()
+            if owner is not None:
+                return test(owner)
+        args = [float(a) if type(a) is TracedFloat else a for a in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:  # (pickles and copies as a plain float)
+        return (float, (float(self),))
+
+
+def traced_float(
+    v: Any, op: Op | None = None, args: tuple = (), make: Callable[..., Any] | None = None
+) -> None:
+    """Make ``v.data`` a :class:`TracedFloat` (while tracing): of the leaf Value ``v``,
+    or of ``op`` applied to ``args``, ``make(op, args, data)`` making the Value again."""
+    t = TracedFloat(v.data)
+    if op is None:
+        t.owner, t.op = weakref.ref(v), None
+    else:
+        t.owner, t.op, t.args = make, op, args
+    v.data = t
+
+
+def frozen_data(x: Any) -> None:
+    """Refuse a TracedFloat used as a number while tracing (``Value(x.data)``, ``x + y.data``)."""
+    if type(x) is TracedFloat and MODE.get().trace is not None:
+        raise TypeError(
+            "the .data of a traced Value was used as a number: it would freeze the "
+            "value seen while tracing into the compiled code. Use the Value itself "
+            "(x, not x.data), or compute the number outside the function and pass "
+            "it as an argument"
+        )
+
+
+def as_float(x: Any) -> float:
+    """A number given to ``Value()``, as a float: not a traced ``.data`` (while
+    tracing), text or a Value."""
+    if isinstance(x, numbers.Real) and not isinstance(x, Numeric):
+        frozen_data(x)
+        return float(x)
+    if isinstance(x, np.ndarray) and x.size == 1 and x.dtype != object:
+        return float(x.reshape(()))
+    raise TypeError(
+        f"Value() takes a real number, not {type(x).__name__!r}"
+        + ("; convert text with float(...) first" if isinstance(x, (str, bytes)) else "")
+        + (
+            "; a Value is already a Value: use it as it is, or v.detach()"
+            if isinstance(x, Numeric)
+            else ""
+        )
+    )
