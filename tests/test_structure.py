@@ -407,7 +407,7 @@ MAX_FUNCTION_LINES = 80
 MODULES_OVER = {
     "api/export.py": 647,
     "emit/loopgen.py": 875,
-    "ir/ops.py": 745,
+    "ir/ops.py": 734,
 }
 #: The functions over the limit (``path::qualified name``), likewise.
 FUNCTIONS_OVER = {

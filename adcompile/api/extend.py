@@ -14,6 +14,7 @@ floats and records on traced Values alike::
     @ad.primitive(
         vjp=lambda g, out, x: g * 2 / math.sqrt(math.pi) * ad.exp(-x * x),
         code="math.erf({0})",  # how generated code computes it ({0}, {1}: operands)
+        c="erf({0})",          # the same in C99, for ad.export(..., target="c")
         sympy="erf",           # its SymPy form: a name in sympy, or lambda sp, x: ...
     )
     def erf(x):
@@ -125,11 +126,25 @@ def _check_template(code: str, arity: int, name: str) -> str:
     return code
 
 
-def _literal(x: float) -> str:
-    """A constant in generated source: negatives parenthesised (``(-2.0) ** x``)."""
+def _check_c_template(c: str, arity: int, name: str) -> str:
+    """The C template, after checking it names its operands as ``code`` does."""
+    try:
+        c.format(*(f"_operand{k}" for k in range(arity)))
+    except (IndexError, KeyError, ValueError) as e:
+        slots = ", ".join(_placeholder(k) for k in range(arity))
+        raise ValueError(
+            f"primitive {name!r}: c={c!r} is not a template over {slots} ({e})"
+        ) from None
+    return c
+
+
+def _literal(x: float, c: bool = False) -> str:
+    """A constant in generated source (Python's, or with ``c`` C99's): negatives
+    parenthesised (``(-2.0) ** x``)."""
     if x != x:
-        return "math.nan"
-    text = repr(x) if math.isfinite(x) else ("math.inf" if x > 0 else "-math.inf")
+        return "NAN" if c else "math.nan"
+    inf = "INFINITY" if c else "math.inf"
+    text = repr(x) if math.isfinite(x) else (inf if x > 0 else "-" + inf)
     return f"({text})" if text.startswith("-") else text
 
 
@@ -146,16 +161,21 @@ def _traced(fn: Callable, arity: int) -> Any:
     return build_tape([out], xs)
 
 
-def _template_of(tape: Any) -> str | None:
-    """A traced tape as one expression template (``{0}``... for its inputs)."""
+def _template_of(tape: Any, c: bool = False) -> str | None:
+    """A traced tape as one expression template (``{0}``... for its inputs): Python's
+    from the ops' ``code``, or with ``c`` C99's from their ``c`` (None where an op has
+    none)."""
     exprs: list[str] = []
     for node in tape.nodes:
         if node.op == INPUT:
             exprs.append(_placeholder(tape.inputs.index(len(exprs))))
         elif node.op == CONST:
-            exprs.append(_literal(node.value))
+            exprs.append(_literal(node.value, c))
         else:
-            exprs.append(node.op.code.format(*(exprs[a] for a in node.args)))
+            template = node.op.c if c else node.op.code
+            if template is None:
+                return None
+            exprs.append(template.format(*(exprs[a] for a in node.args)))
     code = exprs[tape.outputs[0]]
     return code if len(code) <= _MAX_TEMPLATE else None
 
@@ -205,6 +225,7 @@ def _define(
     domain: tuple[float, float],
     smooth: bool,
     jvp: Callable | Sequence[Callable | None] | None = None,
+    c: str | None = None,
 ) -> Op:
     """Check everything, then register the op (the same call the built-in ops use)."""
     if not name.isidentifier() or name.startswith("_"):
@@ -242,6 +263,8 @@ def _define(
         tape = _traced(fn, arity)
         if code is None:
             code = _template_of(tape) if tape is not None else None
+            if c is None and tape is not None:  # (C from the same tape, where it has one)
+                c = _template_of(tape, c=True)
             if code is None:
                 raise TypeError(
                     f"primitive {name!r} needs code=..., an expression generated code can use, "
@@ -252,6 +275,8 @@ def _define(
         if sympy is None and tape is not None:
             sympy = _sympy_of(tape)
     _check_template(code, arity, name)
+    if c is not None:
+        _check_c_template(c, arity, name)
     return register(
         Op(
             name,
@@ -266,6 +291,7 @@ def _define(
                 None if r is None else _checked_rule(r, name, k, "jvp")
                 for k, r in enumerate(tangents)
             ),
+            c=c,
         )
     )
 
@@ -293,19 +319,23 @@ def primitive(
     domain: tuple[float, float] = (-3.0, 3.0),
     smooth: bool = True,
     jvp: Callable | Sequence[Callable | None] | None = None,
+    c: str | None = None,
 ) -> Callable:
     """Register ``fn`` with derivative rule(s) ``vjp`` as a primitive; its function (``.op``).
 
     ``jvp`` (optional, the same form with the tangent ``t`` in place of ``g``) is a forward
     rule of its own for forward mode (``jvp``, ``jacobian(mode="forward")``, ``hessian``);
     without it forward mode uses ``vjp``. ``check_grad`` and ``check_jacobian`` check both.
+    ``c`` (optional) is its C99 template over ``<math.h>`` (``c="erf({0})"``), for
+    ``ad.export(..., target="c")``; without it a primitive traced from adcompile
+    functions has one from theirs, and one given by ``code`` has none.
     """
 
     def define(fn: Callable) -> Callable:
         op_name = name or getattr(fn, "__name__", "")
         if op_name == "<lambda>":
             raise ValueError("primitive: a lambda needs name=...")
-        return _public(_define(op_name, fn, vjp, code, sympy, domain, smooth, jvp), fn)
+        return _public(_define(op_name, fn, vjp, code, sympy, domain, smooth, jvp, c), fn)
 
     return define if fn is None else define(fn)
 
@@ -355,7 +385,7 @@ class Function:
         Cube.apply(2.0)  # 8.0; Cube.apply(ad.Value(2.0)) records
 
     The class attributes ``name`` (default: the class name in lower case),
-    ``code``, ``sympy``, ``domain`` and ``smooth`` are as for ``primitive``.
+    ``code``, ``c``, ``sympy``, ``domain`` and ``smooth`` are as for ``primitive``.
     ``backward`` returns one gradient per input (a tuple for two inputs), or
     ``None`` for an input with no gradient. ``forward`` must save the same
     things at every point: it is run again on floats to learn what it saved.
@@ -363,6 +393,7 @@ class Function:
 
     name: str | None = None
     code: str | None = None
+    c: str | None = None
     sympy: str | Callable | None = None
     domain: tuple[float, float] = (-3.0, 3.0)
     smooth: bool = True
@@ -432,6 +463,7 @@ class Function:
             cls.sympy,
             cls.domain,
             cls.smooth,
+            c=cls.c,
         )
         cls.op = op
         cls.apply = staticmethod(_public(op, fn))

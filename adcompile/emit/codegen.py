@@ -100,6 +100,15 @@ def literal(value: float, lang: str = "python") -> str:
     return f"({text})" if lang == "c" and text.startswith("-") else text
 
 
+def no_c_form(op: Op) -> str:
+    """The message of a C export stopped by an op without a C template."""
+    return (
+        f"op {op.name!r} has no C form, so the C export cannot print it: define it with "
+        "ad.primitive(..., c=...) (or an ad.Function's class attribute c), a C99 template "
+        "over <math.h> and its operands ({0}, {1}), such as c='erf({0})'"
+    )
+
+
 def c_comment(text: str) -> str:
     """``text`` as a C comment (a ``*/`` inside cannot end it)."""
     return "/* " + text.replace("*/", "* /") + " */"
@@ -196,10 +205,7 @@ def straight_line(
             lines.append(assign(names[j], input_src[j]))
         else:
             if c and op.c is None:
-                raise NotImplementedError(
-                    f"op {op.name!r} has no C form: give it one (Op.c, a template such as "
-                    "'erf({0})')"
-                )
+                raise NotImplementedError(no_c_form(op))
             template = op.c if c else op.code
             expr = template.format(*(operand(a) for a in node.args))
             lines.append(assign(names[j], strip_parens(expr)))

@@ -2,9 +2,10 @@
 
 Each :class:`Op` carries everything a backend needs: how to evaluate it on
 floats (with NumPy's semantics: ``1/0`` is ``inf``, ``log(-1)`` is ``nan``,
-never a Python exception), its code template for generated source, its
-vector-Jacobian rule, the name of its SymPy form and the domain its tests
-draw inputs from.
+never a Python exception), its code templates for generated source (Python's
+``code``, compiled by Numba, and C99's ``c``, for exported C: each stated
+here, neither derived from the other), its vector-Jacobian rule, the name
+of its SymPy form and the domain its tests draw inputs from.
 
 Vector-Jacobian rules are written with the generic functions of this module
 (``add``, ``mul``, ``div``, ``cos`` ...), which evaluate floats directly and
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +46,8 @@ class Op:
     opcode: int = field(default=-1, compare=False)
     # per argument: (t, out, *args) -> tangent contribution; empty: from ``vjp``
     jvp: tuple[Callable | None, ...] = field(default=(), compare=False)
-    # the C99 template (``<math.h>`` only); None: derived from ``code`` (c_template)
+    # the C99 template (``<math.h>`` only), stated beside ``code``; None: the op has no
+    # C form (``ad.export(..., target="c")`` then says to give one)
     c: str | None = field(default=None, compare=False)
     # a non-smooth op's kinks and jumps: (*operands) -> float, 0.0 on one and of opposite
     # signs on either side of each; None: the operand (one argument) or a - b (two)
@@ -71,10 +72,6 @@ class Op:
     method: bool = field(default=True, compare=False)
     # NumPy's ufuncs of other names that apply it (``np.subtract`` is sub)
     ufuncs: tuple[str, ...] = field(default=(), compare=False)
-
-    def __post_init__(self) -> None:
-        if self.c is None:
-            self.c = c_template(self.code)
 
     def __call__(self, *args: Any) -> Any:
         return apply(self, *args)
@@ -103,63 +100,6 @@ class Op:
 
     def __repr__(self) -> str:
         return f"Op({self.name!r})"
-
-
-# ---------------------------------------------------------------- C templates
-
-_C_NAMES = {"abs": "fabs", "max": "fmax", "min": "fmin"}
-_C_POW = re.compile(r"\((\{\d\}|[\d.]+) \*\* (\{\d\}|[\d.]+)\)")
-
-
-def c_template(code: str) -> str | None:
-    """The C99 form of a Python code template, where it follows mechanically:
-    ``math.sin({0})`` -> ``sin({0})``, ``abs``/``max``/``min`` -> ``fabs``/``fmax``/
-    ``fmin``, ``({0} ** {1})`` -> ``pow({0}, {1})``, ``(a if c else b)`` ->
-    ``(c ? a : b)``. None when something else is left (give the op ``c=``)."""
-    text = _C_POW.sub(r"pow(\1, \2)", code.replace("math.", ""))
-    text = re.sub(r"\b(abs|max|min)\(", lambda m: _C_NAMES[m[1]] + "(", text)
-    try:
-        text = _c_conditionals(text)
-    except ValueError:
-        return None
-    if re.search(r"\*\*|\b(if|else|and|or|not|math)\b", text):
-        return None
-    return text
-
-
-def _c_conditionals(text: str) -> str:
-    """``(a if c else b)`` -> ``(c ? a : b)`` in every parenthesised group."""
-    out: list[str] = []  # a stack of the groups being read
-    out.append("")
-    for ch in text:
-        if ch == "(":
-            out.append("")
-        elif ch == ")":
-            if len(out) < 2:
-                raise ValueError("unbalanced")
-            inner = out.pop()
-            out[-1] += "(" + _c_ternary(inner) + ")"
-        else:
-            out[-1] += ch
-    if len(out) != 1:
-        raise ValueError("unbalanced")
-    return _c_ternary(out[0])
-
-
-def _c_ternary(group: str) -> str:
-    """One group's ``a if c else b`` (nested groups already converted) as ``c ? a : b``."""
-    depth, marks = 0, []
-    for k, ch in enumerate(group):
-        depth += (ch == "(") - (ch == ")")
-        for word in (" if ", " else "):
-            if depth == 0 and group.startswith(word, k):
-                marks.append((word, k))
-    if not marks:
-        return group
-    if [w for w, _ in marks] != [" if ", " else "]:
-        raise ValueError("not one conditional")
-    (_, i), (_, e) = marks
-    return f"{group[i + 4 : e]} ? {group[:i]} : {group[e + 6 :]}"
 
 
 # ---------------------------------------------------------------- dispatch
@@ -379,6 +319,7 @@ defop(
     associative=True,
     operator="add",
     method=False,
+    c="({0} + {1})",
 )
 defop(
     "sub",
@@ -393,6 +334,7 @@ defop(
     operator="sub",
     method=False,
     ufuncs=("subtract",),
+    c="({0} - {1})",
 )
 defop(
     "mul",
@@ -409,6 +351,7 @@ defop(
     operator="mul",
     method=False,
     ufuncs=("multiply",),
+    c="({0} * {1})",
 )
 defop(
     "div",
@@ -424,6 +367,7 @@ defop(
     operator="truediv",
     method=False,
     ufuncs=("divide", "true_divide"),
+    c="({0} / {1})",
 )
 defop(
     "neg",
@@ -438,6 +382,7 @@ defop(
     operator="neg",
     method=False,
     ufuncs=("negative",),
+    c="(-{0})",
 )
 # pow at 0, as JAX and PyTorch: d/dy x**y is 0 where x == 0 and y >= 0 (0**y is 0 for
 # y > 0, 1 at y == 0), the limit of x**y log(x), not 0 * log(0) = nan; log's argument is
@@ -461,6 +406,7 @@ defop(
     operator="pow",
     method=False,
     ufuncs=("power", "float_power"),
+    c="pow({0}, {1})",
 )
 defop(
     "abs",
@@ -472,9 +418,19 @@ defop(
     smooth=False,
     operator="abs",
     ufuncs=("absolute", "fabs"),
+    c="fabs({0})",
 )
-defop("exp", 1, _exp, "math.exp({0})", (lambda g, out, a: g * out,), "exp")
-defop("log", 1, _log, "math.log({0})", (lambda g, out, a: div(g, a),), "log", domain=(0.1, 5.0))
+defop("exp", 1, _exp, "math.exp({0})", (lambda g, out, a: g * out,), "exp", c="exp({0})")
+defop(
+    "log",
+    1,
+    _log,
+    "math.log({0})",
+    (lambda g, out, a: div(g, a),),
+    "log",
+    domain=(0.1, 5.0),
+    c="log({0})",
+)
 defop(
     "log1p",
     1,
@@ -483,6 +439,7 @@ defop(
     (lambda g, out, a: div(g, 1.0 + a),),
     lambda sp, a: sp.log(1 + a),
     domain=(-0.9, 3.0),
+    c="log1p({0})",
 )
 defop(
     "expm1",
@@ -492,6 +449,7 @@ defop(
     # exp(a), not JAX's and PyTorch's out + 1, which rounds to 0 below a = -37
     (lambda g, out, a: g * exp(a),),
     lambda sp, a: sp.exp(a) - 1,
+    c="expm1({0})",
 )
 defop(
     "sqrt",
@@ -501,9 +459,17 @@ defop(
     (lambda g, out, a: div(g, 2.0 * out),),
     "sqrt",
     domain=(0.1, 5.0),
+    c="sqrt({0})",
 )
 defop(
-    "sin", 1, _sin, "math.sin({0})", (lambda g, out, a: g * cos(a),), "sin", domain=(-10.0, 10.0)
+    "sin",
+    1,
+    _sin,
+    "math.sin({0})",
+    (lambda g, out, a: g * cos(a),),
+    "sin",
+    domain=(-10.0, 10.0),
+    c="sin({0})",
 )
 defop(
     "cos",
@@ -513,6 +479,7 @@ defop(
     (lambda g, out, a: -(g * sin(a)),),
     "cos",
     domain=(-10.0, 10.0),
+    c="cos({0})",
 )
 defop(
     "tan",
@@ -522,6 +489,7 @@ defop(
     (lambda g, out, a: g * (1.0 + out * out),),
     "tan",
     domain=(-1.2, 1.2),
+    c="tan({0})",
 )
 defop(
     "arcsin",
@@ -532,6 +500,7 @@ defop(
     (lambda g, out, a: div(g, sqrt((1.0 - a) * (1.0 + a))),),
     "asin",
     domain=(-0.9, 0.9),
+    c="asin({0})",
 )
 defop(
     "arccos",
@@ -541,6 +510,7 @@ defop(
     (lambda g, out, a: -div(g, sqrt((1.0 - a) * (1.0 + a))),),
     "acos",
     domain=(-0.9, 0.9),
+    c="acos({0})",
 )
 defop(
     "arctan",
@@ -550,10 +520,19 @@ defop(
     (lambda g, out, a: div(g, 1.0 + a * a),),
     "atan",
     domain=(-5.0, 5.0),
+    c="atan({0})",
 )
-defop("sinh", 1, _sinh, "math.sinh({0})", (lambda g, out, a: g * cosh(a),), "sinh")
-defop("cosh", 1, _cosh, "math.cosh({0})", (lambda g, out, a: g * sinh(a),), "cosh")
-defop("tanh", 1, math.tanh, "math.tanh({0})", (lambda g, out, a: g * (1.0 - out * out),), "tanh")
+defop("sinh", 1, _sinh, "math.sinh({0})", (lambda g, out, a: g * cosh(a),), "sinh", c="sinh({0})")
+defop("cosh", 1, _cosh, "math.cosh({0})", (lambda g, out, a: g * sinh(a),), "cosh", c="cosh({0})")
+defop(
+    "tanh",
+    1,
+    math.tanh,
+    "math.tanh({0})",
+    (lambda g, out, a: g * (1.0 - out * out),),
+    "tanh",
+    c="tanh({0})",
+)
 defop(
     "sigmoid",
     1,
@@ -562,6 +541,7 @@ defop(
     (lambda g, out, a: g * (out * (1.0 - out)),),
     lambda sp, a: 1 / (1 + sp.exp(-a)),
     domain=(-6.0, 6.0),
+    c="(1.0 / (1.0 + exp(-{0})))",
 )
 defop(
     "softplus",
@@ -571,6 +551,7 @@ defop(
     (lambda g, out, a: g * sigmoid(a),),
     lambda sp, a: sp.log(1 + sp.exp(a)),
     domain=(-6.0, 6.0),
+    c="(log1p(exp(-fabs({0}))) + (0.0 > {0} ? 0.0 : {0}))",
 )
 defop(
     "relu",
@@ -580,6 +561,7 @@ defop(
     (lambda g, out, a: g * step(a),),
     lambda sp, a: sp.Max(a, 0),
     smooth=False,
+    c="(0.0 > {0} ? 0.0 : {0})",
 )
 # maximum/minimum split a tie evenly between both arguments, as PyTorch does.
 defop(
@@ -594,6 +576,7 @@ defop(
     "Max",
     smooth=False,
     associative=True,
+    c="({1} > {0} ? {1} : {0})",
 )
 defop(
     "minimum",
@@ -607,6 +590,7 @@ defop(
     "Min",
     smooth=False,
     associative=True,
+    c="({1} < {0} ? {1} : {0})",
 )
 # Piecewise-constant helpers used by the rules above; their derivative is zero.
 defop(
@@ -617,6 +601,7 @@ defop(
     (None,),
     "sign",
     smooth=False,
+    c="({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : 0.0))",
 )
 defop(
     "step",
@@ -626,6 +611,7 @@ defop(
     (None,),
     lambda sp, a: sp.Heaviside(a, 0),
     smooth=False,
+    c="({0} > 0.0 ? 1.0 : 0.0)",
 )
 
 
@@ -717,6 +703,9 @@ defop(
     kink=_quotient_crossing,
     c=f"({_C_SHIFT} ? {_C_FMOD} + {{1}} : copysign({_C_FMOD}, {{1}}))",
 )
+
+#: The ops defined here (a user's ``ad.primitive`` comes after them in ``OPS``).
+BUILTIN: tuple[str, ...] = tuple(OPS)
 
 
 def _generic(name: str) -> Callable:
