@@ -405,15 +405,11 @@ MAX_FUNCTION_LINES = 80
 #: list only shrinks: a listed module that grows fails, and one that is now within the
 #: limit (or gone) must come off the list.
 MODULES_OVER = {
-    "api/export.py": 647,
-    "emit/loopgen.py": 875,
+    "api/export.py": 646,
     "ir/ops.py": 734,
 }
 #: The functions over the limit (``path::qualified name``), likewise.
-FUNCTIONS_OVER = {
-    "emit/codegen.py::straight_line": 131,
-    "emit/loopgen.py::_Gen._reverse_unit": 177,
-}
+FUNCTIONS_OVER: dict[str, int] = {}
 
 
 def _sizes(root: Path) -> tuple[dict[str, int], dict[str, int]]:

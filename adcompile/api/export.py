@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from ..backend.program import CompiledProgram, GuardCheck
-from ..emit.codegen import literal, straight_line
+from ..emit.codegen import straight_line
+from ..emit.render import literal
 from ..ir.outputs import OutLayout, size
 from ..ir.tape import Param
 
@@ -201,8 +202,6 @@ def _message(g: GuardCheck) -> str:
 
 _GUARD = re.compile(r"^(\s*)if (.*):  # guard: (.*) was (True|False)(?: at (.*))?$")
 _CALL = re.compile(r"^(\s*)if not (\w+\(.*\)):$")
-
-
 _FOR = re.compile(r"^(\s*)for (\w+) in range\((\d+)\):$")
 
 

@@ -11,7 +11,6 @@ Two forms:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +18,25 @@ import numpy as np
 
 from ..ir.ops import OPS, Op
 from ..ir.tape import CONST, INPUT, Param, Tape
+from .render import (
+    C99,
+    NUMBA,
+    PYTHON,
+    Assign,
+    Comment,
+    Flag,
+    FlagGuard,
+    FlagTest,
+    Function,
+    Guard,
+    GuardInfo,
+    If,
+    Line,
+    Return,
+    Target,
+    render,
+    strip_parens,
+)
 
 
 @dataclass(frozen=True)
@@ -40,19 +58,6 @@ class Outputs:
 #: Generated code checks at most this many guards with one ``if`` each; more are
 #: folded into loops (``loops.ir.GuardLoop``) or into one flag tested once.
 GUARD_IFS = 32
-
-
-def strip_parens(expr: str) -> str:
-    """``(a + b)`` -> ``a + b`` when the outer parentheses enclose everything."""
-    if not (expr.startswith("(") and expr.endswith(")")):
-        return expr
-    depth = 0
-    for k, ch in enumerate(expr):
-        depth += ch == "("
-        depth -= ch == ")"
-        if depth == 0 and k < len(expr) - 1:
-            return expr
-    return expr[1:-1]
 
 
 def _final_names(tape: Tape) -> list[str]:
@@ -83,37 +88,6 @@ def py_ident(name: str) -> str:
     return out if out and not out[0].isdigit() else "_" + out
 
 
-def literal(value: float, lang: str = "python") -> str:
-    """A float as a literal of generated code (``math.inf`` / C's ``INFINITY``;
-    a negative number parenthesised in C, where ``--1.0`` would not parse). A
-    float subclass with its own text (``loops.ir.NFloat``, a number in the batch
-    length ``n``) is printed as that text."""
-    expr = getattr(value, "expr", None)
-    if expr is not None:  # (loops.ir.NFloat)
-        return expr
-    if value != value:
-        return "math.nan" if lang == "python" else "NAN"
-    if value in (math.inf, -math.inf):
-        sign = "-" if value < 0 else ""
-        return f"{sign}math.inf" if lang == "python" else f"({sign}INFINITY)"
-    text = repr(float(value))
-    return f"({text})" if lang == "c" and text.startswith("-") else text
-
-
-def no_c_form(op: Op) -> str:
-    """The message of a C export stopped by an op without a C template."""
-    return (
-        f"op {op.name!r} has no C form, so the C export cannot print it: define it with "
-        "ad.primitive(..., c=...) (or an ad.Function's class attribute c), a C99 template "
-        "over <math.h> and its operands ({0}, {1}), such as c='erf({0})'"
-    )
-
-
-def c_comment(text: str) -> str:
-    """``text`` as a C comment (a ``*/`` inside cannot end it)."""
-    return "/* " + text.replace("*/", "* /") + " */"
-
-
 def straight_line(
     tape: Tape,
     fname: str,
@@ -131,117 +105,126 @@ def straight_line(
     ``tape.guards[k - 1]`` fails. ``lang="c"`` prints the same code as a C99
     function ``int fname(...)`` (always with status): array parameters are
     ``const double*``, scalars ``double``, and ``out`` is ``double*``; each op
-    is printed from its ``c`` template.
+    is printed from its ``c`` template. (:func:`print_tape` also returns the guards.)
     """
-    c = lang == "c"
+    target = C99 if lang == "c" else PYTHON if status else NUMBA
+    return print_tape(tape, fname, params, doc, target, outputs).text
+
+
+@dataclass
+class Printed:
+    """Generated source of one function, and its guards as data (``GuardInfo``)."""
+
+    text: str
+    guards: list[GuardInfo]
+
+
+def guard_records(tape: Tape, params: Sequence[Param]) -> list[GuardInfo]:
+    """One :class:`GuardInfo` per guard of ``tape`` (number ``k + 1`` for
+    ``tape.guards[k]``): the comparison with inputs named after the arguments
+    (``x[0] > 0.5``)."""
+    flat = [
+        p.name if p.size is None else f"{p.name}[{k}]" for p in params for k in range(_length(p))
+    ]
+    names = dict(zip(tape.inputs, flat))
+
+    def side(i: int) -> str:
+        if tape.nodes[i].op == INPUT:
+            return names.get(i, tape.name(i))
+        return tape.operand(i)
+
+    return [
+        GuardInfo(k + 1, f"{side(g.a)} {g.cmp} {side(g.b)}", g.expected, g.where)
+        for k, g in enumerate(tape.guards)
+    ]
+
+
+def print_tape(
+    tape: Tape,
+    fname: str,
+    params: Sequence[Param],
+    doc: str = "",
+    target: Target = NUMBA,
+    outputs: Outputs | None = None,
+) -> Printed:
+    """``tape`` as straight-line code in ``target``'s language (see
+    :func:`straight_line`), and its guards."""
     names = _final_names(tape)
 
     def operand(i: int) -> str:
         node = tape.nodes[i]
-        if node.op == CONST:
-            return literal(node.value, lang)
-        return names[i]
+        return target.lit(node.value) if node.op == CONST else names[i]
 
     # which argument element each input slot reads
-    sources = []
-    for p in params:
-        if p.size is None:
-            sources.append(p.name)
-        else:
-            sources.extend(f"{p.name}[{k}]" for k in range(p.size))
+    sources = [
+        p.name if p.size is None else f"{p.name}[{k}]" for p in params for k in range(_length(p))
+    ]
     input_src = dict(zip(tape.inputs, sources))
-
     # each guard is checked as soon as its operands are computed
     guard_at: dict[int, list] = {}
     for k, g in enumerate(tape.guards):
         computed = [s for s in (g.a, g.b) if tape.nodes[s].op != CONST]
         guard_at.setdefault(max(computed, default=-1), []).append((k + 1, g))
-
-    declared: set[str] = set()
-
-    def assign(name: str, expr: str) -> str:
-        if not c:
-            return f"    {name} = {expr}"
-        decl = "" if name in declared else "double "
-        declared.add(name)
-        return f"    {decl}{name} = {expr};"
-
-    if c:
-        plist = [
-            f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
-        ]
-        lines = [f"int {fname}({', '.join([*plist, 'double* out'])}) {{"]
-        if doc:
-            lines.append(f"    {c_comment(doc)}")
-    else:
-        tail = list(outputs.arrays) if outputs else ["out"]
-        lines = [f"def {fname}({', '.join([p.name for p in params] + tail)}):"]
-        if doc:
-            lines.append(f'    """{doc}"""')
-        for p in params if outputs else ():
-            if p.size is not None:
-                lines.append(f"    if {p.name}.shape[0] != {p.size}:")
-                lines.append(f"        return {outputs.failure}")
+    lines: list[Line] = []
+    arrays = list(outputs.arrays) if outputs else ["out"]
     failed = outputs.failure if outputs else None
+    for p in params if outputs else ():
+        if p.size is not None:
+            lines += [(1, If(f"{p.name}.shape[0] != {p.size}")), (2, Return(failed))]
     # many guards: folded into one flag, tested once at the end (one ``if`` each
-    # would make as many blocks, and Numba's SSA pass recurses once per block)
+    # would make as many blocks, and Numba's SSA pass recurse once per block)
     checked = [g for j, gs in guard_at.items() if j >= 0 for g in gs]
-    many = not c and len(checked) > GUARD_IFS
-    flag = _fresh("st" if status else "ok", names, params) if many else ""
-    if flag and status:  # (the number of the first guard that fails, 0 if none)
-        lines.append(f"    {flag} = 0  # {len(checked)} guards: the first that fails, or 0")
-    elif flag:
-        lines.append(f"    {flag} = True  # {len(checked)} guards, checked together at the end")
+    many = not target.c and len(checked) > GUARD_IFS
+    flag = _fresh("st" if target.status else "ok", names, params) if many else ""
+    if flag:
+        note = (
+            f"{len(checked)} guards: the first that fails, or 0"
+            if target.status
+            else f"{len(checked)} guards, checked together at the end"
+        )
+        lines.append((1, Flag(flag, note)))
     block = -1
+    read = _read_slots(tape) if target.c else None  # (C warns of a local never read)
     for j, node in enumerate(tape.nodes):
         op = node.op
-        if op == CONST:
+        if op == CONST or (read is not None and j not in read):
             continue
         if tape.blocks is not None and tape.blocks[j] != block and tape.blocks[j] >= 0:
             block = tape.blocks[j]
-            text = tape.primal.statement(block) if tape.primal else ""
-            lines.append(f"    {c_comment(text)}" if c else f"    # {text}".rstrip())
+            lines.append((1, Comment(tape.primal.statement(block) if tape.primal else "")))
         if op == INPUT:
-            lines.append(assign(names[j], input_src[j]))
+            lines.append((1, Assign(names[j], input_src[j])))
         else:
-            if c and op.c is None:
-                raise NotImplementedError(no_c_form(op))
-            template = op.c if c else op.code
-            expr = template.format(*(operand(a) for a in node.args))
-            lines.append(assign(names[j], strip_parens(expr)))
+            expr = target.op(op, [operand(a) for a in node.args])
+            lines.append((1, Assign(names[j], strip_parens(expr))))
         for k, g in guard_at.get(j, ()):
             cond = f"{operand(g.a)} {g.cmp} {operand(g.b)}"
-            test = f"not ({cond})" if g.expected else cond
-            note = f"guard: {cond} was {g.expected} at {g.where}"
-            if flag and status:  # no branch: st takes k if it is still 0 and g fails
-                lines.append(f"    {flag} += ({flag} == 0) * {k} * ({test})  # {note}")
-                continue
             if flag:
-                holds = cond if g.expected else f"not ({cond})"
-                lines.append(f"    {flag} &= {holds}  # {note}")
-                continue
-            if c:
-                test = f"!({cond})" if g.expected else f"({cond})"
-                lines.append(f"    if ({test}) return {k};  {c_comment(note)}")
-                continue
-            lines.append(f"    if {test}:  # {note}")
-            lines.append(f"        return {failed or (k if status else False)}")
+                lines.append((1, FlagGuard(flag, cond, g.expected, g.where, k)))
+            else:
+                lines.append((1, Guard(cond, g.expected, g.where, k, fail=failed)))
     for _, g in guard_at.get(-1, ()):  # constant on both sides: decided while tracing
         assert g.holds([n.value for n in tape.nodes])
-    if flag and status:
-        lines += [f"    if {flag}:", f"        return {flag}"]
-    elif flag:
-        lines += [f"    if not {flag}:", f"        return {failed or False}"]
+    if flag:
+        lines.append((1, FlagTest(flag, failed)))
     for k, o in enumerate(tape.outputs):
-        target = outputs.targets[k] if outputs else f"out[{k}]"
-        if not target:  # an output the caller does not read
-            continue
-        lines.append(f"    {target} = {operand(o)}" + (";" if c else ""))
-    if c:
-        lines += ["    return 0;", "}"]
-    else:
-        lines.append(f"    return {outputs.success if outputs else 0 if status else True}")
-    return "\n".join(lines) + "\n"
+        target_k = outputs.targets[k] if outputs else f"out[{k}]"
+        if target_k:  # (empty: an output the caller does not read)
+            lines.append((1, Assign(target_k, operand(o))))
+    lines.append((1, Return(outputs.success if outputs else None)))
+    text = render(Function(fname, params, arrays, doc), lines, target)
+    return Printed(text, guard_records(tape, params))
+
+
+def _length(p: Param) -> int:
+    """How many input slots parameter ``p`` fills (1 for a scalar; an empty array: 0)."""
+    return 1 if p.size is None else p.size
+
+
+def _read_slots(tape: Tape) -> set[int]:
+    """The slots of ``tape`` something reads: an operation, a guard or the outputs."""
+    read = {a for node in tape.nodes for a in node.args} | set(tape.outputs)
+    return read | {g.a for g in tape.guards} | {g.b for g in tape.guards}
 
 
 def _fresh(name: str, names: Sequence[str], params: Sequence[Param]) -> str:

@@ -1,91 +1,82 @@
-"""Python source from the loop IR: each loop body printed once, its adjoint once.
+"""Source from the loop IR: each loop body printed once, its adjoint once.
 
 ``generate(program_or_grad, params, fname)`` prints a
 :class:`~adcompile.loops.ir.Program` (the value only) or a
 :class:`~adcompile.loops.grad.GradProgram` (value and gradient) as one
-function ``fname(*params, v, c, out) -> bool`` for Numba. ``v`` is a work
-array of ``Generated.work_size`` floats, ``c`` the per-repetition constants
-(``Generated.columns``); the outputs go to ``out``, and the result is
-False when a guard recorded while tracing does not hold.
+function ``fname(*params, v, c, out)``. ``v`` is a work array of
+``Generated.work_size`` floats, ``c`` the per-repetition constants
+(``Generated.columns``); the outputs go to ``out``. The result says whether the
+guards recorded while tracing hold: for Numba (``render.NUMBA``, the default)
+False when one does not, in exported code (``render.PYTHON``, ``render.C99``)
+the failing guard's number, 0 when none fails. ``Generated.guards`` describes
+each guard by its number.
 
-Where each value lives is ``looplayout``'s; the pipeline (fold, differentiate,
-print) is ``loops``.
+The function is said as statements (``render``), and printed by the one
+renderer in the target's language. Where each value lives is
+``loops.layout``'s; the reverse sweep is printed by ``loopgen_reverse``; the
+pipeline (fold, differentiate, print) is ``emit.fold``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.tape import CONST, INPUT, Param
+from ..ir.tape import CONST, Param
 from ..loops.grad import Adjoint, GradProgram, Unit, units
-from ..loops.ir import (
-    Affine,
-    Arg,
-    At,
-    Block,
-    Column,
-    Lin,
-    Lit,
-    Loop,
-    Nested,
-    NotAffine,
-    Prev,
-    Program,
-    Read,
-    at_length,
-)
+from ..loops.ir import Affine, Arg, At, Block, Column, Lit, Loop, Nested, Prev, Program, Read
 from ..loops.layout import Layout, index, index2
-from .codegen import GUARD_IFS, literal, strip_parens
+from .codegen import GUARD_IFS
+from .loopgen_reverse import Indented, ReversePrinter, Write
+from .render import (
+    NUMBA,
+    Assign,
+    Comment,
+    Fill,
+    Flag,
+    FlagGuard,
+    FlagTest,
+    For,
+    Function,
+    Guard,
+    GuardInfo,
+    Line,
+    Return,
+    Target,
+    render,
+    strip_parens,
+)
 
 #: Outputs no loop writes are copied by a loop of their own where at least this
 #: many in a row read one stored loop value, argument or constant, evenly spaced.
 MIN_RUN = 4
 
-_CLASH = re.compile(r"v|c|i|j|n|ok|out|math|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
+_CLASH = re.compile(r"v|c|i|j|n|ok|out|math|k_|(v|b|ct|a|p|d|t|g|r|s|w)\d.*")
 
 
 @dataclass
 class Generated:
-    """Source of one function, and what its caller passes besides the arguments."""
+    """Source of one function, and what its caller passes besides the arguments.
+
+    ``guards`` describes each guard by the number it returns in exported code;
+    ``lines`` and ``function`` are what the text was rendered from (``printed_as``
+    renders them again, as another function or in another language)."""
 
     text: str
     work_size: int
     columns: np.ndarray
     statements: int
+    guards: list[GuardInfo] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list, repr=False)
+    function: Function | None = field(default=None, repr=False)
+    target: Target = NUMBA
 
-
-class _Write:
-    """A gradient element's update, ``out[index] += ct``; printed as ``=`` when no
-    element of the gradient is written twice (``_Gen._assign_once``).
-
-    ``stand_in``: the write of 0.0 that a skipped repetition does in place of
-    another write: needed only where writes are ``=`` (nothing else sets the
-    element then), ``pass`` where they add.
-    """
-
-    __slots__ = ("index", "ct", "indent", "assign", "stand_in")
-
-    def __init__(self, index: str, ct: str, stand_in: bool = False) -> None:
-        self.index, self.ct, self.indent, self.assign = index, ct, "", False
-        self.stand_in = stand_in
-
-    def __str__(self) -> str:
-        if self.stand_in and not self.assign:
-            return f"{self.indent}pass"
-        return f"{self.indent}out[{self.index}] {'=' if self.assign else '+='} {self.ct}"
-
-
-class _Indented:
-    """A line one level deeper than the lines around it."""
-
-    __slots__ = ("line",)
-
-    def __init__(self, line: str | _Write) -> None:
-        self.line = line
+    def printed_as(self, function: Function) -> str:
+        """The same statements as ``function`` (another name, arrays of its own)."""
+        return render(function, self.lines, self.target)
 
 
 def _slots(k: int) -> str:
@@ -98,13 +89,15 @@ def generate(
     fname: str,
     doc: str = "",
     lengths: Sequence[int] | None = None,
+    target: Target = NUMBA,
 ) -> Generated:
-    """The source of ``what`` (see the module doc); with ``lengths`` (the batch
-    lengths it was traced at), generic in n, which the function takes first."""
-    return _Gen(what, list(params), lengths).source(fname, doc)
+    """The source of ``what`` (see the module doc) in ``target``'s language; with
+    ``lengths`` (the batch lengths it was traced at), generic in n, which the function
+    takes first."""
+    return _Gen(what, list(params), lengths, target=target).source(fname, doc)
 
 
-class _Gen(Layout):
+class _Gen(Layout, ReversePrinter):
     """Prints a program (and its reverse); ``Layout`` says where values live."""
 
     def __init__(
@@ -113,7 +106,9 @@ class _Gen(Layout):
         params: list[Param],
         lengths: Sequence[int] | None = None,
         ctx: _Nest | None = None,
+        target: Target = NUMBA,
     ) -> None:
+        self.t = target  # the language expressions are built in
         # generic in the batch length n (counts are Lin): the lengths it was traced at
         self.lengths = list(lengths) if lengths else None
         # a loop body folded in turn is printed by a generator of its own, inside
@@ -122,6 +117,8 @@ class _Gen(Layout):
         self.px = f"{ctx.u.item}x" if ctx else ""
         self._w = f"w{ctx.u.item} + " if ctx else ""
         self.i = "j" if ctx else "i"  # the loop variable (outer loops: i, inner: j)
+        # the guards as numbered, shared with the generators of bodies folded in turn
+        self.guard_info: list[GuardInfo] = ctx.outer.guard_info if ctx else []
         self.nests: dict[int, _Nest] = {}
         self.grad = what if isinstance(what, GradProgram) else None
         self.program = self.grad.program if self.grad else what
@@ -130,8 +127,8 @@ class _Gen(Layout):
         self.params = [
             Param(f"arg_{p.name}", p.size) if _CLASH.fullmatch(p.name) else p for p in params
         ]
-        self.lines: list[str | _Write] = []
-        self.writes_out: list[_Write] = []
+        self.lines: list[Line] = []
+        self.writes_out: list[Write] = []
         self.statements = 0
         self.work = 0
         self.columns: list[float] = []
@@ -159,7 +156,7 @@ class _Gen(Layout):
     def ref(self, r: Read, var: str | None, u: Unit | None = None, k: int = -1) -> str:
         """How a read reads at repetition ``var``."""
         if type(r) is Lit:
-            return literal(r.value)
+            return self.t.lit(r.value)
         if type(r) is Arg:
             if self.ctx:
                 return self.ctx.ref_arg(r, var)
@@ -179,7 +176,7 @@ class _Gen(Layout):
             return self.vidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
         return self._v(index(self.vbase[r.item] + r.index.c0, r.index.c1, var))
 
-    def add(self, r: Read, var: str | None, ct: str) -> str | _Write | None:
+    def add(self, r: Read, var: str | None, ct: str) -> Assign | None:
         """The statement adding cotangent ``ct`` where read ``r`` came from."""
         if type(r) is Arg:
             if self.ctx:
@@ -190,7 +187,7 @@ class _Gen(Layout):
             self.writes.append(
                 (r.param, r.index.c0, r.index.c1 if inside else 0, self.trips if inside else 1)
             )
-            return _Write(index(self.goff[r.param] + r.index.c0, r.index.c1, var), ct)
+            return Write(index(self.goff[r.param] + r.index.c0, r.index.c1, var), ct)
         if type(r) is At:
             if self.grad.adjoints[r.item] is None:  # not differentiated: no adjoint
                 return None
@@ -199,30 +196,30 @@ class _Gen(Layout):
             if base is not None and type(item) is Loop and r.index.c1 % item.size == 0:
                 k = item.size
                 at = self.aidx(r.item, r.index.c0 % k, r.index.c0 // k, r.index.c1 // k, var)
-                return f"{at} += {ct}"
+                return Assign(at, ct, "+")
             if base is not None:
-                return f"{self._v(index(base + r.index.c0, r.index.c1, var))} += {ct}"
-            return f"{self.pinned[r.item][r.index.c0]} += {ct}"
+                return Assign(self._v(index(base + r.index.c0, r.index.c1, var)), ct, "+")
+            return Assign(self.pinned[r.item][r.index.c0], ct, "+")
         return None  # Lit, Column: constants
 
-    def emit(self, depth: int, line: str | _Write | _Indented) -> None:
-        if isinstance(line, _Indented):
+    def emit(self, depth: int, line: object) -> None:
+        """Say statement ``line`` at ``depth`` (1: the function's body)."""
+        if isinstance(line, Indented):
             self.emit(depth + 1, line.line)
-        elif isinstance(line, _Write):
-            line.indent = "    " * depth
+            return
+        if isinstance(line, Write):
             self.writes_out.append(line)
-            self.lines.append(line)
-        else:
-            self.lines.append("    " * depth + line)
+        self.lines.append((depth, line))
+
+    def _number(self, cond: str, expected: bool, where: str) -> int:
+        """The next guard's number, its :class:`GuardInfo` kept."""
+        k = len(self.guard_info) + 1
+        self.guard_info.append(GuardInfo(k, cond, expected, where))
+        return k
 
     # ---- the function
 
     def source(self, fname: str, doc: str) -> Generated:
-        names = [p.name for p in self.params]
-        lead = ["n"] if self.lengths else []
-        self.emit(0, f"def {fname}({', '.join(lead + names + ['v', 'c', 'out'])}):")
-        if doc:
-            self.emit(1, f'"""{doc}"""')
         for u in self.units:
             self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
             self._forward(u)
@@ -231,9 +228,21 @@ class _Gen(Layout):
             self._outputs()
         else:
             self._reverse()
-        self.emit(1, "return True")
-        text = "\n".join(map(str, self.lines)) + "\n"
-        return Generated(text, self.work, np.array(self.columns, np.float64), self.statements)
+        self.emit(1, Return())
+        lead = ["n"] if self.lengths else []
+        function = Function(fname, self.params, ["v", "c", "out"], doc, lead)
+        text = render(function, self.lines, self.t)
+        columns = np.array(self.columns, np.float64)
+        return Generated(
+            text,
+            self.work,
+            columns,
+            self.statements,
+            self.guard_info,
+            self.lines,
+            function,
+            self.t,
+        )
 
     def _outputs(self) -> None:
         """``out[k] = ...`` for the outputs no loop wrote; a run of at least
@@ -253,15 +262,15 @@ class _Gen(Layout):
             ):
                 end += 1
             if step is None or end - i < MIN_RUN:
-                self.emit(1, f"out[{k}] = {self.ref(r, None)}")
+                self.emit(1, Assign(f"out[{k}]", self.ref(r, None)))
                 i += 1
                 continue
             if type(r) is Lit:
-                self.emit(1, f"out[{k}:{k + end - i}] = {literal(r.value)}")
+                self.emit(1, Fill("out", k, k + end - i, self.t.lit(r.value)))
             else:
                 stepped = type(r)(r.item if type(r) is At else r.param, Affine(r.index.c0, step))
-                self.emit(1, f"for i in range({end - i}):")
-                self.emit(2, f"out[{index(k, 1, 'i')}] = {self.ref(stepped, 'i')}")
+                self.emit(1, For("i", end - i))
+                self.emit(2, Assign(f"out[{index(k, 1, 'i')}]", self.ref(stepped, "i")))
             i = end
 
     def _output_step(self, a: Read, b: Read) -> int | None:
@@ -289,107 +298,113 @@ class _Gen(Layout):
         guards = self.program.guards
         flag = len(guards) > GUARD_IFS
         if flag:
-            self.emit(1, f"# {len(guards)} guards, checked together")
-            self.emit(1, "ok = True")
+            self.emit(1, Comment(f"{len(guards)} guards, checked together"))
+            self.emit(1, Flag("ok"))
         for k, (cmp, a, b, expected) in enumerate(guards):
             at = where[k] if k < len(where) else ""
-            a_, b_ = self.ref(a, None), self.ref(b, None)
+            cond = f"{self.ref(a, None)} {cmp} {self.ref(b, None)}"
+            number = self._number(cond, expected, at)
             if flag:
-                self._guard_flag(1, a_, cmp, b_, expected, at)
+                self.emit(1, FlagGuard("ok", cond, expected, at, number))
             else:
-                self._guard(1, a_, cmp, b_, expected, at)
+                self.emit(1, Guard(cond, expected, at, number))
         if flag:
-            self.emit(1, "if not ok:")
-            self.emit(2, "return False")
+            self.emit(1, FlagTest("ok"))
         for gl in self.program.guard_loops:
             var = self.i
-            self.emit(1, f"# {gl.trips} guards, one per {var}")
-            self.emit(1, f"for {var} in range({gl.trips}):")
-            a_, b_ = self.ref(gl.a, var), self.ref(gl.b, var)
-            self._guard(2, a_, gl.cmp, b_, gl.expected, gl.where)
-
-    def _guard_flag(
-        self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str
-    ) -> None:
-        """A guard folded into the flag ``ok`` (no branch: see ``_program_guards``)."""
-        cond = f"{a} {cmp} {b}"
-        test = cond if expected else f"not ({cond})"
-        note = f"  # guard: {cond} was {expected}" + (f" at {where}" if where else "")
-        self.emit(depth, f"ok &= {test}{note}")
-
-    def _guard(self, depth: int, a: str, cmp: str, b: str, expected: bool, where: str) -> None:
-        cond = f"{a} {cmp} {b}"
-        test = f"not ({cond})" if expected else cond
-        note = f"  # guard: {cond} was {expected}" + (f" at {where}" if where else "")
-        self.emit(depth, f"if {test}:{note}")
-        self.emit(depth + 1, "return False")
+            self.emit(1, Comment(f"{gl.trips} guards, one per {var}"))
+            self.emit(1, For(var, gl.trips))
+            cond = f"{self.ref(gl.a, var)} {gl.cmp} {self.ref(gl.b, var)}"
+            if isinstance(gl.trips, int):  # a number, and a message, per element
+                first = len(self.guard_info) + 1
+                for r in range(gl.trips):
+                    text = (
+                        f"{self.ref(_at(gl.a, r), None)} {gl.cmp} {self.ref(_at(gl.b, r), None)}"
+                    )
+                    self._number(text, gl.expected, gl.where)
+                self.emit(2, Guard(cond, gl.expected, gl.where, first, var))
+            else:
+                self.emit(
+                    2,
+                    Guard(cond, gl.expected, gl.where, self._number(cond, gl.expected, gl.where)),
+                )
 
     def _forward(self, u: Unit) -> None:
-        body, n = u.body, u.item
-        var = self.i if u.loop else None
+        operand, prelude, tail = self._forward_reads(u)
+        n, var = u.item, self.i if u.loop else None
         depth = 2 if u.loop else 1
-        operand: dict[int, str] = {}
-        for j, node in enumerate(body.nodes):
-            if node.op == CONST:
-                operand[j] = literal(node.value)
-        prelude, tail = [], []
-        first = self._first_prev(u)
-        for k, j in enumerate(body.inputs):
-            r = u.reads[k]
-            if type(r) is Prev:
-                carried = self.name(u, r.slot)
-                if first[r.slot] != k:
-                    # another prev of the same slot, with a start of its own: a local
-                    # of its own, set to the slot's value at the end of each repetition
-                    operand[j] = self._prev_name(u, k)
-                    self.emit(1, f"{operand[j]} = {self.ref(r.init, None)}")
-                    tail.append(f"{operand[j]} = {carried}")
-                    continue
-                late = [a for a, nd in enumerate(body.nodes) if j in nd.args and a > r.slot] + [
-                    g for g in body.guards if j in (g.a, g.b)
-                ]
-                if late:  # read after this repetition overwrites it: keep a copy
-                    operand[j] = self._prev_name(u, k)
-                    prelude.append(f"{operand[j]} = {carried}")
-                else:
-                    operand[j] = carried
-                self.emit(1, f"{carried} = {self.ref(r.init, None)}")
-            else:
-                operand[j] = self.ref(r, var, u, k)
         if u.loop:
             item = self.program.items[n]
             what = "body slots" if self.ctx else "tape slots"  # (of L<item>'s body)
             slots = f"{what} {item.span(u.trips if self.lengths else None)}"
             label = f"L{self.ctx.u.item}.L{n}" if self.ctx else f"L{n}"
-            self.emit(1, f"# {label}: {_slots(u.size)} x {u.trips} repetitions ({slots})")
-            self.emit(1, f"for {self.i} in range({u.trips}):")
+            self.emit(1, Comment(f"{label}: {_slots(u.size)} x {u.trips} repetitions ({slots})"))
+            self.emit(1, For(self.i, u.trips))
             for line in prelude:
                 self.emit(2, line)
             for k, pseudo in self.prev_stored[n].items():
-                self.emit(2, f"{self.vidx(n, pseudo, 0, 1, self.i)} = {operand[body.inputs[k]]}")
+                at = self.vidx(n, pseudo, 0, 1, self.i)
+                self.emit(2, Assign(at, operand[u.body.inputs[k]]))
         base = self.vbase[n]
         if n in self.nests:
             self._forward_nested(u, operand)
             for line in tail:
                 self.emit(2, line)
             return
-        for j, node in enumerate(body.nodes):
+        for j, node in enumerate(u.body.nodes):
             if isinstance(node.op, str):
                 continue
             operand[j] = self.name(u, j)
-            expr = node.op.code.format(*(operand[a] for a in node.args))
-            self.emit(depth, f"{operand[j]} = {strip_parens(expr)}")
+            expr = self.t.op(node.op, [operand[a] for a in node.args])
+            self.emit(depth, Assign(operand[j], strip_parens(expr)))
             self.statements += 1
             p = self.pos_of[j]
             if base is not None and (p in self.stored[n] or not u.loop):
-                self.emit(depth, f"{self.vidx(n, p, 0, 1, var)} = {operand[j]}")
+                self.emit(depth, Assign(self.vidx(n, p, 0, 1, var), operand[j]))
             if (n, p) in self.fwd_out:  # an output at every repetition: written here
                 k0, dk, _ = self.fwd_out[n, p]
-                self.emit(depth, f"out[{index(k0, dk, var)}] = {operand[j]}")
-        for g in body.guards:
-            self._guard(depth, operand[g.a], g.cmp, operand[g.b], g.expected, g.where)
+                self.emit(depth, Assign(f"out[{index(k0, dk, var)}]", operand[j]))
+        for g in u.body.guards:
+            cond = f"{operand[g.a]} {g.cmp} {operand[g.b]}"
+            number = self._number(cond, g.expected, g.where)
+            self.emit(depth, Guard(cond, g.expected, g.where, number))
         for line in tail:
             self.emit(depth, line)
+
+    def _forward_reads(self, u: Unit) -> tuple[dict[int, str], list, list]:
+        """What the body of ``u`` reads: its operands (constants and reads), what starts
+        the values carried from one repetition to the next (said here, before the loop),
+        what a repetition copies first (``prelude``) and last (``tail``)."""
+        body, var = u.body, self.i if u.loop else None
+        operand: dict[int, str] = {}
+        for j, node in enumerate(body.nodes):
+            if node.op == CONST:
+                operand[j] = self.t.lit(node.value)
+        prelude, tail = [], []
+        first = self._first_prev(u)
+        for k, j in enumerate(body.inputs):
+            r = u.reads[k]
+            if type(r) is not Prev:
+                operand[j] = self.ref(r, var, u, k)
+                continue
+            carried = self.name(u, r.slot)
+            if first[r.slot] != k:
+                # another prev of the same slot, with a start of its own: a local
+                # of its own, set to the slot's value at the end of each repetition
+                operand[j] = self._prev_name(u, k)
+                self.emit(1, Assign(operand[j], self.ref(r.init, None)))
+                tail.append(Assign(operand[j], carried))
+                continue
+            late = [a for a, nd in enumerate(body.nodes) if j in nd.args and a > r.slot] + [
+                g for g in body.guards if j in (g.a, g.b)
+            ]
+            if late:  # read after this repetition overwrites it: keep a copy
+                operand[j] = self._prev_name(u, k)
+                prelude.append(Assign(operand[j], carried))
+            else:
+                operand[j] = carried
+            self.emit(1, Assign(carried, self.ref(r.init, None)))
+        return operand, prelude, tail
 
     @staticmethod
     def _first_prev(u: Unit) -> dict[int, int]:
@@ -417,7 +432,7 @@ class _Gen(Layout):
         n, nest = u.item, self.nests[u.item]
         nest.mode, nest.operand = "fwd", operand
         if nest.gen.work:
-            self.emit(2, f"w{n} = {index(nest.base, nest.gen.work, self.i)}")
+            self.emit(2, Assign(f"w{n}", index(nest.base, nest.gen.work, self.i), type="long"))
         for line in nest.gen.forward_lines():
             self._splice(2, line)
         self.statements += nest.gen.statements
@@ -426,20 +441,18 @@ class _Gen(Layout):
             j = u.body.outputs[q]
             p = self.pos_of[j]
             name = self.name(u, j)
-            self.emit(2, f"{name} = {nest.gen.ref(nest.nested.program.outputs[q], None)}")
+            self.emit(2, Assign(name, nest.gen.ref(nest.nested.program.outputs[q], None)))
             if base is not None and p in self.stored[n]:
-                self.emit(2, f"{self.vidx(n, p, 0, 1, self.i)} = {name}")
+                self.emit(2, Assign(self.vidx(n, p, 0, 1, self.i), name))
 
-    def _splice(self, depth: int, line: str | _Write) -> None:
-        """A line an inner generator made at depth 1, at ``depth``."""
-        if isinstance(line, _Write):
-            line.indent = "    " * (depth - 1) + line.indent
-            self.writes_out.append(line)
-            self.lines.append(line)
-        else:
-            self.lines.append("    " * (depth - 1) + line)
+    def _splice(self, depth: int, line: Line) -> None:
+        """A line an inner generator said at its depth 1, at ``depth``."""
+        d, stmt = line
+        if isinstance(stmt, Write):
+            self.writes_out.append(stmt)
+        self.lines.append((depth + d - 1, stmt))
 
-    def forward_lines(self) -> list[str | _Write]:
+    def forward_lines(self) -> list[Line]:
         """(A body folded in turn) its forward, at depth 1."""
         for u in self.units:
             self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
@@ -448,361 +461,13 @@ class _Gen(Layout):
         lines, self.lines = self.lines, []
         return lines
 
-    def reverse_lines(self, seeds: dict[int, str]) -> list[str | _Write]:
-        """(A body folded in turn) its reverse, the cotangents of its outputs
-        ``seeds[q]`` coming in, at depth 1."""
-        self.goff, self.writes, self.trips = {}, [], 1
-        self._zero_adjoints()
-        for q, ct in seeds.items():
-            stmt = self.add(self.program.outputs[q], None, ct)
-            if stmt:
-                self.emit(1, stmt)
-        self._reverse_units()
-        lines, self.lines = self.lines, []
-        return lines
 
-    def _zero_adjoints(self) -> None:
-        """Each call (or outer repetition) starts its adjoints at zero."""
-        for u, adj in zip(self.units, self.grad.adjoints):
-            n = u.item
-            if adj is None:
-                continue
-            if self.abase[n] is not None:
-                b = self.abase[n]
-                self.emit(1, f"{self._v(f'{b}:{self._w}{b + u.trips * self.awidth[n]}')} = 0.0")
-            for name in self.pinned[n].values():
-                self.emit(1, f"{name} = 0.0")
-
-    def _reverse_units(self) -> None:
-        """The reverse of every unit with an adjoint, last first."""
-        for u, adj in reversed(list(zip(self.units, self.grad.adjoints))):
-            if adj is not None:
-                self.pos_of = {j: p for p, j in enumerate(u.positions) if j is not None}
-                self.trips = u.trips
-                self._reverse_unit(u, adj)
-
-    # ---- reverse
-
-    def _reverse(self) -> None:
-        gp = self.grad
-        self.goff: dict[int, int] = {}
-        at = 1
-        for p in gp.wrt:
-            self.goff[p] = at
-            size = self.params[p].size
-            if isinstance(size, Lin):  # (batch arguments are the ones not differentiated)
-                raise NotAffine(f"the gradient of {self.params[p].name} has a length in n")
-            at += 1 if size is None else size
-        self.emit(1, "# the reverse sweep: adjoints, last item first")
-        self.writes: list[tuple[int, int, int, int]] = []  # (param, c0, c1, count)
-        self.trips = 1
-        zeroing = len(self.lines)
-        if at > 1:
-            self.emit(1, f"out[1:{at}] = 0.0")
-        self._zero_adjoints()
-        self.emit(1, f"out[0] = {self.ref(self.program.outputs[0], None)}")
-        seed = self.add(self.program.outputs[0], None, "1.0")
-        if seed:
-            self.emit(1, seed)
-        self._reverse_units()
-        if at > 1 and not self.nests:  # (writes inside bodies folded in turn: not counted)
-            self._assign_once(zeroing, at)
-
-    def _assign_once(self, zeroing: int, at: int) -> None:
-        """When no gradient element is added to twice, store instead of adding,
-        and zero only the elements nothing writes."""
-        seen = []
-        for length in self.lengths or [0]:  # generic code: as at each length traced
-            counts = np.zeros(at, np.int64)
-            for param, c0, c1, count in self.writes:
-                c0, count = at_length(c0, length), at_length(count, length)
-                np.add.at(counts, self.goff[param] + c0 + c1 * np.arange(count), 1)
-            if counts[1:].max(initial=0) > 1:
-                return
-            seen.append(counts)
-        if any(not np.array_equal(c, seen[0]) for c in seen):
-            return
-        for w in self.writes_out:
-            w.assign = True
-        zero = np.flatnonzero(counts[1:] == 0) + 1
-        runs = np.split(zero, np.flatnonzero(np.diff(zero) != 1) + 1) if len(zero) else []
-        text = [
-            f"    out[{r[0]}] = 0.0" if len(r) == 1 else f"    out[{r[0]}:{r[-1] + 1}] = 0.0"
-            for r in runs
-        ]
-        self.lines[zeroing : zeroing + 1] = text
-
-    def _reverse_unit(self, u: Unit, adj) -> None:
-        n, body, vjp = u.item, u.body, adj.vjp
-        var = self.i if u.loop else None
-        depth = 2 if u.loop else 1
-        input_of = {j: k for k, j in enumerate(body.inputs)}
-        operand: dict[int, str] = {}
-        lines: list[str] = []
-        carries = {
-            k: f"d{self._sid(n, self.pos_of[u.reads[k].slot])}_{k}"
-            for k in adj.routes
-            if type(u.reads[k]) is Prev
-        }
-        start = {c: "0.0" for c in carries.values()}
-        # forward values the vjp reads, each loaded where it is first used
-        pending: dict[int, tuple[str, str]] = {}  # slot -> (local, what it loads)
-        nest = self.nests.get(n)  # (a body folded in turn loads its own)
-        for s, j in sorted(adj.primal.items()) if nest is None else ():
-            if j not in adj.uses:
-                continue
-            node = body.nodes[j]
-            if node.op == CONST:
-                operand[s] = literal(node.value)
-            elif j in input_of:
-                k = input_of[j]
-                r = u.reads[k]
-                if type(r) is Prev:
-                    p = self.pos_of[r.slot]
-                    name = self._prev_name(u, k)
-                    if k in self.prev_stored[n]:
-                        pending[s] = (name, self.vidx(n, self.prev_stored[n][k], 0, 1, self.i))
-                    else:
-                        first = self.ref(r.init, None)
-                        before = self.vidx(n, p, -1, 1, self.i)
-                        pending[s] = (name, f"{before} if {self.i} > 0 else {first}")
-                    operand[s] = name
-                else:
-                    operand[s] = self.ref(r, var, u, k)
-            else:
-                operand[s] = self.name(u, j)
-                if u.loop or self.vbase[n] is not None:
-                    p = self.pos_of[j]
-                    pending[s] = (operand[s], self.vidx(n, p, 0, 1, var))
-
-        def use(a: int) -> str:
-            if a in pending:
-                name, load = pending.pop(a)
-                lines.append(f"{name} = {load}")
-            return operand[a]
-
-        # cotangents coming in
-        m = len(body.inputs)
-        for q, p in enumerate(adj.cts):
-            j = u.positions[p]
-            terms = []
-            slot = self._sid(n, p)
-            if self.abase[n] is not None and p in self.arank[n]:
-                terms.append(self.aidx(n, p, 0, 1, var))
-            mine = [c for k, c in carries.items() if u.reads[k].slot == j]
-            for f, name in self.pinned[n].items():
-                if f % u.size == p:
-                    rep = f // u.size
-                    if not u.loop:
-                        terms.append(name)
-                    elif rep == u.trips - 1 and mine and start[mine[0]] == "0.0":
-                        start[mine[0]] = name  # the first repetition reversed
-                    else:
-                        terms.append(f"({name} if {self.i} == {rep} else 0.0)")
-            terms += mine
-            operand[vjp.inputs[m + q]] = f"ct{slot}"
-            lines.append(f"ct{slot} = {' + '.join(terms) if terms else '0.0'}")
-        if nest is not None:  # the body folded in turn: its own reverse, inside the loop
-            self._reverse_nested(u, adj, nest, carries, start, lines)
-            return
-        # the vjp's own statements
-        passing: set[int] = set()  # (a block first in a folded body's reverse: its reads
-        # that pass a cotangent on to the outer loop's carried value)
-        if u.loop:
-            exit_ = adj.zero_exit(set(carries))
-        elif self.ctx is not None and self._first_reversed(u):
-            passing = {k for k, r in enumerate(u.reads) if self.ctx.carried(r)}
-            exit_ = adj.zero_exit(passing, min_saved=1)  # (it skips every later unit)
-        else:
-            exit_ = None
-        exit_at, unloaded = -1, {}
-        taken: dict[str, int] = {}
-        names = vjp.slot_names or [f"t{s}" for s in range(len(vjp.nodes))]
-        for s, node in enumerate(vjp.nodes):
-            if s in operand or s in adj.primal:  # (a forward value the vjp does not read)
-                continue
-            if node.op == CONST:
-                operand[s] = literal(node.value)
-                continue
-            if node.op == INPUT:  # a read the vjp does not need (kept by prune)
-                continue
-            nm = self._vjp_name(u, names[s])
-            taken[nm] = taken.get(nm, 0) + 1
-            if taken[nm] > 1:
-                nm = f"{nm}_{taken[nm] - 1}"
-            operand[s] = nm
-            expr = node.op.code.format(*(use(a) for a in node.args))
-            lines.append(f"{nm} = {strip_parens(expr)}")
-            self.statements += 1
-            if exit_ is not None and s == exit_[0]:
-                exit_at, unloaded = len(lines), dict(pending)
-        # cotangents going out
-        groups: dict[tuple[int, int], list[tuple[Arg, str]]] = {}
-        fixed: dict[Read, str] = {}
-        for k, o in zip(adj.routes, vjp.outputs):
-            ct = use(o)
-            if k in carries:
-                lines.append(f"{carries[k]} = {ct}")
-                continue
-            if vjp.nodes[o].op == CONST and vjp.nodes[o].value == 0.0:
-                continue
-            r = u.reads[k]
-            if u.loop and type(r) is Arg and r.index.c1 and r.param in self.goff:
-                groups.setdefault((r.param, r.index.c1), []).append((r, ct))
-                continue
-            if u.loop and type(r) in (Arg, At) and r.index.c1 == 0:
-                # the same element every repetition: summed in a local, added once
-                if r not in fixed:
-                    fixed[r] = f"s{self.px}{u.item}_{len(fixed)}"
-                lines.append(f"{fixed[r]} += {ct}")
-                continue
-            stmt = self.add(r, var, ct)
-            if stmt:
-                lines.append(stmt)
-        before = [f"{name} = 0.0" for name in fixed.values()]
-        after = [line for r, name in fixed.items() if (line := self.add(r, None, name))]
-        skip: list = []  # what a repetition whose cotangent is zero still does
-        for k, ((param, c1), members) in enumerate(groups.items()):
-            self._shift(u, param, c1, members, lines, before, after, skip, k)
-        if exit_at >= 0:
-            s, outs = exit_
-            # a gradient element the skipped part would have set (``=``, written once)
-            # is set to 0.0 instead; the shift registers' elements are written above
-            covered = {w.index for w in skip if isinstance(w, _Write)}
-            skip += [
-                _Write(w.index, "0.0", stand_in=True)
-                for w in lines[exit_at:]
-                if isinstance(w, _Write) and w.index not in covered
-            ]
-            for k, same in zip(adj.routes, outs):
-                if k in carries or k in passing:
-                    value = (
-                        "0.0"
-                        if same is None
-                        else unloaded[same][1]
-                        if same in unloaded
-                        else operand[same]
-                    )
-                    if k in carries:
-                        skip.insert(0, f"{carries[k]} = {value}")
-                    elif same is not None:  # the outer loop's carried cotangent
-                        skip.insert(0, self.add(u.reads[k], None, value))
-            note = "  # nothing flows back through this repetition"
-            lines[exit_at:exit_at] = (
-                [f"if {operand[s]} == 0.0:{note}"]
-                + [_Indented(line) for line in skip]
-                + [_Indented("continue")]
-            )
-        kind = "L" if u.loop else "B"
-        self.emit(1, f"# reverse of {kind}{n}")
-        for c in carries.values():
-            self.emit(1, f"{c} = {start[c]}")
-        for line in before:
-            self.emit(1, line)
-        if u.loop:
-            self.emit(1, f"for {self.i} in range({u.trips - 1}, -1, -1):")
-        for line in lines:
-            self.emit(depth, line)
-        for k, c in carries.items():
-            stmt = self.add(u.reads[k].init, None, c)
-            if stmt:
-                self.emit(1, stmt)
-        for line in after:
-            self.emit(1, line)
-
-    def _reverse_nested(
-        self,
-        u: Unit,
-        adj: Adjoint,
-        nest: _Nest,
-        carries: dict[int, str],
-        start: dict[str, str],
-        lines: list,
-    ) -> None:
-        n = u.item
-        nest.mode, nest.carries = "rev", carries
-        outs = [p for p, j in enumerate(u.positions) if j is not None]
-        seeds = {outs.index(p): f"ct{self._sid(n, p)}" for p in adj.cts}
-        before = nest.gen.statements
-        inner = nest.gen.reverse_lines(seeds)
-        self.statements += nest.gen.statements - before
-        self.emit(1, f"# reverse of L{n}, its body folded in turn")
-        for c in carries.values():
-            self.emit(1, f"{c} = {start[c]}")
-        self.emit(1, f"for {self.i} in range({u.trips - 1}, -1, -1):")
-        if nest.gen.work:
-            self.emit(2, f"w{n} = {index(nest.base, nest.gen.work, self.i)}")
-        for line in lines:
-            self.emit(2, line)
-        for c in carries.values():  # the body's reverse adds to them
-            self.emit(2, f"{c} = 0.0")
-        for line in inner:
-            self._splice(2, line)
-        for k, c in carries.items():
-            stmt = self.add(u.reads[k].init, None, c)
-            if stmt:
-                self.emit(1, stmt)
-
-    def _shift(
-        self,
-        u: Unit,
-        param: int,
-        c1: int,
-        members: list[tuple[Arg, str]],
-        lines: list[str],
-        before: list[str],
-        after: list[str],
-        skip: list,
-        group: int,
-    ) -> None:
-        """Add the cotangents of reads ``x[c0 + c1 * i]`` of one argument
-        (``group`` numbers the (argument, stride) pairs of one body, so that each
-        pair's register has names of its own).
-
-        Reads whose offsets differ by whole strides (``x[i]`` and ``x[i + 1]``)
-        reach the same element in neighbouring repetitions. Each element's
-        cotangent is summed in locals carried from one repetition to the next
-        (a shift register) and added to the gradient once, when its last
-        contribution is in: one memory update per element, not one per read.
-        """
-        c0 = members[0][0].index.c0
-        by_q: dict[int, list[str]] = {}
-        for r, ct in members:
-            d = r.index.c0 - c0
-            if d % c1:  # another residue: added directly
-                lines.append(self.add(r, self.i, ct))
-                continue
-            by_q.setdefault(d // c1, []).append(ct)
-        if len(by_q) < 2:
-            for q, cts in by_q.items():
-                for ct in cts:
-                    lines.append(self.add(Arg(param, Affine(c0 + c1 * q, c1)), self.i, ct))
-            return
-        lo, hi = min(by_q), max(by_q)
-        g = self.goff[param]
-        self.writes.append((param, c0 + c1 * lo, c1, u.trips + hi - lo))
-        reg = {d: f"r{self.px}{u.item}_{group}_{d - lo}" for d in range(lo, hi)}
-        before += [f"{name} = 0.0" for name in reg.values()]
-        total = " + ".join([reg[hi - 1], *by_q[hi]])
-        lines.append(_Write(index(g + c0 + c1 * hi, c1, self.i), total))
-        for d in range(hi - 1, lo, -1):
-            lines.append(f"{reg[d]} = {' + '.join([reg[d - 1], *by_q.get(d, [])])}")
-        lines.append(f"{reg[lo]} = {' + '.join(by_q[lo])}")
-        after += [_Write(str(g + c0 + c1 * d), name) for d, name in reg.items()]
-        # a skipped repetition still moves the register along
-        skip.append(_Write(index(g + c0 + c1 * hi, c1, self.i), reg[hi - 1]))
-        skip += [f"{reg[d]} = {reg[d - 1]}" for d in range(hi - 1, lo, -1)]
-        skip.append(f"{reg[lo]} = 0.0")
-
-    def _vjp_name(self, u: Unit, name: str) -> str:
-        """``b{k}``, the adjoint of body slot k, after the tape slot of repetition 0."""
-        if name.startswith("b") and name[1:].isdigit():
-            j = int(name[1:])
-            if j in self.pos_of:
-                return f"b{self._sid(u.item, self.pos_of[j])}"
-            return f"g{self.px}{u.item}_{j}"
-        tag = f"{self.px}{u.item}"
-        return f"t{tag}_{name[1:]}" if name.startswith("t") else f"t{tag}_{name}"
+def _at(r: Read, rep: int) -> Read:
+    """Read ``r`` of a guard loop at its repetition ``rep`` (a literal: as it is)."""
+    if type(r) is Lit:
+        return r
+    c0 = r.index.c0 + r.index.c1 * rep
+    return type(r)(r.param if type(r) is Arg else r.item, Affine(c0, 0))
 
 
 class _Nest:
@@ -826,7 +491,7 @@ class _Nest:
         self.carries: dict[int, str] = {}  # prev reads -> their carried cotangents
         self.base = 0  # where the body's own work region starts (per repetition: work)
         what = inner if inner is not None else nested.program
-        self.gen = _Gen(what, list(nested.program.params), ctx=self)
+        self.gen = _Gen(what, list(nested.program.params), ctx=self, target=outer.t)
 
     def ref_arg(self, r: Arg, var: str | None) -> str:
         kind = self.nested.sources[r.param]
@@ -844,7 +509,7 @@ class _Nest:
             if k in outer.prev_stored[n]:
                 return outer.vidx(n, outer.prev_stored[n][k], 0, 1, outer.i)
             first = outer.ref(read.init, None)
-            return f"({outer.vidx(n, p, -1, 1, outer.i)} if {outer.i} > 0 else {first})"
+            return outer.t.select(f"{outer.i} > 0", outer.vidx(n, p, -1, 1, outer.i), first, True)
         return outer.ref(read, outer.i, u, k)
 
     def carried(self, r: Read) -> bool:
@@ -855,7 +520,7 @@ class _Nest:
         kind = self.nested.sources[r.param]
         return kind[0] == "read" and kind[1] in self.carries
 
-    def add_arg(self, r: Arg, var: str | None, ct: str) -> str | _Write | None:
+    def add_arg(self, r: Arg, var: str | None, ct: str) -> Assign | None:
         kind = self.nested.sources[r.param]
         outer = self.outer
         if kind[0] == "array":
@@ -863,10 +528,10 @@ class _Nest:
             if p not in outer.goff:
                 return None
             idx = index2(outer.goff[p] + r.index.c0, [(r.index.c1, var), (c1, outer.i)])
-            return _Write(idx, ct)
+            return Write(idx, ct)
         k = kind[1]
         if k in self.carries:
-            return f"{self.carries[k]} += {ct}"
+            return Assign(self.carries[k], ct, "+")
         if self.adj is None or k not in self.adj.routes:
             return None
         return outer.add(self.u.reads[k], outer.i, ct)
