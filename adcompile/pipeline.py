@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 from .backend.program import CompiledProgram
 from .diff.reverse import grad_tape
@@ -113,6 +114,17 @@ def fold_into_loops(
     if loops is None:
         return None
     return LoopCompiled(loops, params, fname, unrolled(tape, wrt, positions))
+
+
+def refold(
+    tape: Tape, params: list[Param], fname: str, doc: str, wrt: list[int] | None
+) -> Callable[[], Any]:
+    """What folds ``tape`` into loops again (``emit.fold.LoopSource``), for code restored
+    from the disk cache, which keeps only its Numba source, when another target's source
+    is asked for (``ad.export``)."""
+    from .backend.jit import STRAIGHT_LINE_LIMIT
+
+    return lambda: loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
 
 
 def unrolled(tape: Tape, wrt: list[int] | None, positions: list[int] | None) -> Callable[[], Tape]:

@@ -129,9 +129,10 @@ NUMPY_REF: dict[str, Callable[..., float]] = {
 }
 
 
-def build_c(tmp_path, src: str, name: str):  # noqa: ANN201 (a ctypes.CDLL)
-    """Compile C99 source ``src`` (exported code) to a shared library and load it;
-    skip the test where there is no C compiler."""
+def build_c(tmp_path, src: str, name: str, opt: str = "-O2"):  # noqa: ANN201 (a ctypes.CDLL)
+    """Compile C99 source ``src`` (exported code) to a shared library (at optimisation
+    level ``opt``, warnings as errors) and load it; skip the test where there is no C
+    compiler."""
     import ctypes
     import shutil
     import subprocess
@@ -141,7 +142,7 @@ def build_c(tmp_path, src: str, name: str):  # noqa: ANN201 (a ctypes.CDLL)
         pytest.skip("no C compiler (cc) found")
     c, so = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
     c.write_text(src)
-    flags = ["-O2", "-shared", "-fPIC", "-std=c99", "-Werror", "-Wall"]
+    flags = [opt, "-shared", "-fPIC", "-std=c99", "-Werror", "-Wall"]
     done = subprocess.run(
         [cc, *flags, "-o", str(so), str(c), "-lm"], capture_output=True, text=True
     )

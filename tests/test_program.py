@@ -392,8 +392,8 @@ class Seen:
     def straight_line(self, program):
         return ("straight_line", program)
 
-    def folded(self, program, source, columns, work, lead):
-        return ("folded", program, source, columns, work, lead)
+    def folded(self, program, loops, lead):
+        return ("folded", program, loops, lead)
 
     def interpreter(self, program, opcodes):
         return ("interpreter", program, opcodes)
@@ -444,9 +444,9 @@ def check_program(t, args, kind, generic):
     # visit: the method of its kind, with what it needs
     seen = program.visit(Seen())
     assert seen[1] is program
-    if seen[0] == "folded":
-        assert kind == "folded" and seen[2] == program.source
-        assert seen[5] == program.native.lead and len(seen[5]) == generic
+    if seen[0] == "folded":  # (the program it was printed from: the same source again)
+        assert kind == "folded" and seen[2].source == program.source
+        assert seen[3] == program.native.lead and len(seen[3]) == generic
     elif seen[0] == "basis":
         one, m, dest = seen[2:]
         assert isinstance(one, CompiledProgram) and dest.shape[0] == m

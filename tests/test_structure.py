@@ -405,7 +405,6 @@ MAX_FUNCTION_LINES = 80
 #: list only shrinks: a listed module that grows fails, and one that is now within the
 #: limit (or gone) must come off the list.
 MODULES_OVER = {
-    "api/export.py": 646,
     "ir/ops.py": 734,
 }
 #: The functions over the limit (``path::qualified name``), likewise.

@@ -22,7 +22,6 @@ from ..backend.program import CompiledProgram
 from ..diff.reverse import grad_tape
 from ..emit.fold import batch_source
 from ..ir.tape import Param, Tape
-from ..loops.ir import Lin
 from ..trace import captures
 from ..trace.mode import gc_paused
 from .events import loop_ir_failed
@@ -143,17 +142,13 @@ class BatchMixin:
             return None
         loops, ks = found
         self._stages.update(loops.timings)
-        work = loops.code.work_size
-        work = (work.b, work.a) if isinstance(work, Lin) else (0, work)
 
         def unrolled() -> Tape:  # the adjoint tape at the largest length traced
             tape, _ = trace_primal(ks[-1], check=False)
             return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
 
         params = self._params(names, skey(ks[-1]))
-        code = (fname, loops.source, [], params, work, loops.code.columns, loops.n_out)
-        made = (loops.explanation, unrolled, ks, guards, loops.facts, loops.timings)
-        gen = batch.BatchCompiled(*code, *made)
+        gen = batch.BatchCompiled(fname, loops, params, unrolled, ks, guards)
         self._stages["compile"] = gen.timings["compile"]
         return gen
 

@@ -262,7 +262,8 @@ class CompileMixin:
             if record.get("kind") != "loops":
                 raise ValueError(record.get("kind"))
             unrolled = pipeline.unrolled(tape, wrt, positions)
-            compiled = LoopCompiled.restored(record, params, fname, unrolled)
+            remake = pipeline.refold(tape, params, fname, self._fname_doc()[1], wrt)
+            compiled = LoopCompiled.restored(record, params, fname, unrolled, remake)
             self._stages.update(compiled.timings)
             return compiled
 

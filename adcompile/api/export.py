@@ -11,7 +11,8 @@ of that specialisation with what it needs around it:
   their per-repetition constants and work-array size are literals.
 - ``target="c"``: one C99 function using only ``<math.h>``, ``int
   name(inputs..., double* out)``, returning 0 or the number of the guard that
-  failed. The file begins with its header (a comment documenting the
+  failed, printed from what adcompile compiled (loops stay loops:
+  ``export_c``). The file begins with its header (a comment documenting the
   signature and where each part of the result lies in ``out``, then the
   prototype), which :func:`c_header` cuts out; with ``path`` it is also
   written beside the ``.c`` file as ``.h``.
@@ -47,11 +48,13 @@ from ..emit.codegen import straight_line
 from ..emit.render import literal
 from ..ir.outputs import OutLayout, size
 from ..ir.tape import Param
+from ..loops.ir import at_length
+from .export_c import HEADER_END, c_header, c_module
+
+__all__ = ["export", "exported_name", "c_header", "HEADER_END", "TRANSFORMS", "TARGETS"]
 
 TRANSFORMS = ("value", "grad", "value_and_grad", "jacobian", "hessian", "hvp", "jvp")
 TARGETS = ("python", "c")
-#: The line that ends the header part of an exported C file (see :func:`c_header`).
-HEADER_END = "/* ---- end of header ---- */"
 
 
 def export(
@@ -93,7 +96,7 @@ def export(
             )
         if spec.compiled.facts.generic:  # C needs the tape of exactly this length
             spec = t.traced_spec(*example_args)
-        text = _c_module(spec, params, fname, doc, what)
+        text = c_module(spec, params, fname, doc, what)
     else:
         kernel = _python_kernel(spec.compiled, params, fname, doc)
         n_vis = len(key) - len(hidden)
@@ -295,8 +298,10 @@ class _PythonKernels:
         src = straight_line(program.tape, self.fname, self.params, self.doc, status=True)
         return Kernel(self.fname, src, [_message(g) for g in program.guards])
 
-    def folded(self, program: Any, source: str, columns: Any, work: int, lead: tuple) -> Kernel:
-        defs, messages = with_status(_body(source))
+    def folded(self, program: Any, loops: Any, lead: tuple) -> Kernel:
+        defs, messages = with_status(_body(loops.source))
+        work, columns = loops.code.work_size, loops.code.columns
+        work = at_length(work, lead[0]) if lead else work  # (generic code, at length n)
         cols = f"_COLUMNS_{self.fname}"
         extras = [(f"_work_{self.fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)]
         literal = [f"{cols} = {_array_literal(columns)}"]
@@ -529,118 +534,3 @@ def _python_module(
         "\n".join(wrapper),
     ]
     return "\n\n\n".join(parts) + "\n"
-
-
-# ------------------------------------------------------------------ C
-
-
-def c_header(source: str) -> str:
-    """The header part of an exported C file (its documentation and prototype)."""
-    head = source.split(HEADER_END)[0]
-    return head + HEADER_END + "\n"
-
-
-@dataclass
-class _CCode:
-    """Each kind of compiled code as C: ``(code, guard messages)`` (a
-    ``program.ProgramVisitor``). C is printed as straight-line code of the
-    unrolled code tape, whatever kind of code adcompile itself compiled (folded
-    loops are printed unrolled: a long file, but one any C compiler takes)."""
-
-    params: list[Param]
-    fname: str
-    doc: str
-    sig_params: list[str]
-
-    def straight_line(self, program: CompiledProgram) -> tuple[str, list[str]]:
-        code = straight_line(program.tape, self.fname, self.params, self.doc, lang="c")
-        return code, [_message(g) for g in program.guards]
-
-    def folded(self, program: CompiledProgram, *how: Any) -> tuple[str, list[str]]:
-        return self.straight_line(program)
-
-    def interpreter(self, program: CompiledProgram, opcodes: Any) -> tuple[str, list[str]]:
-        return self.straight_line(program)
-
-    def basis(
-        self, program: CompiledProgram, one: CompiledProgram, m: int, dest: Any
-    ) -> tuple[str, list[str]]:
-        prm = [*self.params, one.params[-1]]
-        inner = straight_line(one.tape, f"{self.fname}_one", prm, self.doc, lang="c")
-        loop = _c_basis(dest, self.params, self.fname, self.sig_params)
-        return "static " + inner + "\n" + loop, [_message(g) for g in one.guards]
-
-
-def _c_module(spec: Any, params: list[Param], fname: str, doc: str, what: str) -> str:
-    sig_params = [
-        f"double {p.name}" if p.size is None else f"const double* {p.name}" for p in params
-    ]
-    code, messages = spec.compiled.visit(_CCode(params, fname, doc, sig_params))
-    proto = f"int {fname}({', '.join([*sig_params, 'double* out'])});"
-    doc_lines = [
-        f"{what}, exported by adcompile as C99 (only <math.h>).",
-        "",
-        proto,
-        "",
-        "Arguments: a scalar is a double; an array is a const double* to its",
-        "elements in C (row-major) order:",
-    ]
-    doc_lines += [
-        f"  {p.name}: " + ("double" if p.size is None else f"{p.size} doubles") for p in params
-    ]
-    doc_lines += ["", f"out: {spec.out.n_out} doubles the function writes:"]
-    doc_lines += [f"  {line}" for line in _layout_lines(spec.out)]
-    doc_lines += [
-        "",
-        "Returns 0, or k when guard k fails (the inputs take another branch",
-        "than the traced one; out then means nothing):",
-    ]
-    doc_lines += [f"  {k}: {m}" for k, m in enumerate(messages, 1)] or ["  (no guards)"]
-    comment = "/*\n" + "".join(f" * {ln}".rstrip() + "\n" for ln in doc_lines).replace("*/", "* /")
-    guard = f"ADCOMPILE_{fname.upper()}_H"
-    header = f"{comment} */\n#ifndef {guard}\n#define {guard}\n\n{proto}\n\n#endif\n{HEADER_END}\n"
-    return header + "\n#include <math.h>\n\n" + code
-
-
-def _layout_lines(layout: OutLayout) -> list[str]:
-    """Where each part of the result lies in ``out``, in words."""
-    paths: dict[int, str] = {}
-
-    def walk(tree: Any, path: str) -> None:
-        if type(tree) is tuple and len(tree) == 2 and tree[0] in ("tuple", "list"):
-            for k, sub in enumerate(tree[1]):
-                walk(sub, f"{path}[{k}]")
-        else:
-            paths[tree] = path or "the result"
-
-    walk(layout.tree, "")
-    lines = []
-    for k, (s, sh) in enumerate(layout.parts):
-        where = f"out[{s}]" if sh is None else f"out[{s}..{s + size(sh) - 1}]"
-        shape = "a scalar" if sh is None else f"shape {tuple(sh)}, row-major"
-        path = paths[k] if paths[k] == "the result" else "result" + paths[k]
-        lines.append(f"{where}: {path} ({shape})")
-    return lines
-
-
-def _c_basis(dest: np.ndarray, params: list[Param], fname: str, sig_params: list[str]) -> str:
-    """The C loop over basis vectors around ``fname_one``: entry ``i`` of the result for
-    ``e_j`` goes to ``out[dest[j, i]]``."""
-    m, k = dest.shape
-    rows = ",\n".join("    {" + ", ".join(str(int(x)) for x in row) + "}" for row in dest)
-    args = "".join(f"{p.name}, " for p in params)
-    return (
-        f"static const long {fname}_dest[{m}][{k}] = {{\n{rows}\n}};\n\n"
-        f"int {fname}({', '.join([*sig_params, 'double* out'])}) {{\n"
-        f"    double e[{m}] = {{0.0}};\n"
-        f"    double res[{k}];\n"
-        f"    for (int j = 0; j < {m}; j++) {{  /* one basis vector e_j at a time */\n"
-        "        e[j] = 1.0;\n"
-        f"        int s = {fname}_one({args}e, res);\n"
-        "        if (s) return s;\n"
-        "        e[j] = 0.0;\n"
-        f"        for (int i = 0; i < {k}; i++) out[{fname}_dest[j][i]] = res[i];\n"
-        "    }\n"
-        "    return 0;\n"
-        "}\n"
-    )

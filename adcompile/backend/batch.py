@@ -36,6 +36,7 @@ import numpy as np
 
 from ..emit.codegen import CodeFacts
 from ..ir.tape import Param, Tape
+from ..loops.ir import Lin
 from ..trace.lengths import Guard, holds
 from ..trace.mode import debug_nans, no_grad
 from ..trace.tensor import tensor
@@ -86,18 +87,11 @@ class BatchCompiled:
     def __init__(
         self,
         fname: str,
-        source: str,
-        functions: list[str],
+        loops: Any,
         params: Sequence[Param],
-        work: tuple[int, int],
-        columns: np.ndarray,
-        n_out: int,
-        explanation: str,
         tape: Tape | Callable[[], Tape],
         lengths: tuple[int, ...],
         length_guards: Sequence[Guard] = (),
-        facts: CodeFacts | None = None,
-        timings: dict[str, float] | None = None,
     ) -> None:
         from .compiled import compile_folded_source  # the Numba side, imported on use
 
@@ -105,16 +99,16 @@ class BatchCompiled:
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
         # ... at which the code's comparisons on n answer as traced
         self.length_guards = tuple(length_guards)
-        self.source = source
-        self.explanation = explanation
-        self.facts = facts  # what the code is, in numbers (``api.summary``)
+        self.loops = loops  # the program it was printed from (``emit.fold.LoopSource``)
+        self.source, self.explanation = loops.source, loops.explanation
+        self.facts: CodeFacts = loops.facts  # what the code is, in numbers (``api.summary``)
         self.params = list(params)  # at the largest length traced
         self._tape = tape  # the adjoint tape at the largest traced length (or its maker)
-        self.fn = compile_folded_source(source, fname, functions, params, "int64")
-        self.work_size = work  # (a, b): the work array holds a * n + b values
-        self.columns = columns
-        self.n_out = n_out
-        self.timings = {**(timings or {}), "compile": time.perf_counter() - clock}
+        self.fn = compile_folded_source(self.source, fname, [], params, "int64")
+        work = loops.code.work_size  # (a, b): the work array holds a * n + b values
+        self.work_size = (work.b, work.a) if isinstance(work, Lin) else (0, work)
+        self.columns, self.n_out = loops.code.columns, loops.n_out
+        self.timings = {**loops.timings, "compile": time.perf_counter() - clock}
 
     def serves(self, n: int) -> bool:
         """Whether this code answers for batch length ``n``."""
@@ -169,7 +163,7 @@ class AtLength(CompiledProgram):
         return g.fn(self.n, *args, work, g.columns, out), out
 
     def visit(self, visitor: ProgramVisitor[T]) -> T:
-        return visitor.folded(self, self.source, self.generic.columns, self.work, (self.n,))
+        return visitor.folded(self, self.generic.loops, (self.n,))
 
     def direct(self, plan: DirectPlan) -> DirectFunction:
         from .compiled import direct_native  # (Numba is imported on use)

@@ -229,7 +229,7 @@ class LoopCompiled(CompiledProgram):
         self.params = list(params)
         self.source, self.explanation = loops.source, loops.explanation
         self.facts = loops.facts
-        self.program, self.grad = loops.program, loops.grad
+        self.program, self.grad, self._loops, self._remake = loops.program, loops.grad, loops, None
         self.timings = dict(loops.timings)
         self.columns = loops.code.columns
         self.work_size, self.n_out = loops.code.work_size, loops.n_out
@@ -258,20 +258,37 @@ class LoopCompiled(CompiledProgram):
 
     @classmethod
     def restored(
-        cls, record: dict, params: Sequence[Param], fname: str, unrolled: Callable[[], Tape]
+        cls,
+        record: dict,
+        params: Sequence[Param],
+        fname: str,
+        unrolled: Callable[[], Tape],
+        remake: Callable[[], Any] | None = None,
     ) -> LoopCompiled:
         """The code a :meth:`record` describes, compiled (or loaded from Numba's cache)
-        without folding the tape again."""
+        without folding the tape again; ``remake()`` folds it again where another
+        target's source is asked for (:attr:`loops`)."""
         self = cls.__new__(cls)
         self.params = list(params)
         self.source, self.explanation = record["source"], record["explanation"]
         self.facts = CodeFacts(**record["facts"])
-        self.program = self.grad = None  # (not kept: only the loop printer reads them)
+        self.program = self.grad = self._loops = None  # (only the printers read them)
+        self._remake = remake
         self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
         self.work_size, self.n_out = record["work_size"], record["n_out"]
         self.timings = {}
         self._start(fname, unrolled)
         return self
+
+    @property
+    def loops(self) -> Any:
+        """The folded program this code was printed from (``emit.fold.LoopSource``), which
+        prints it for other targets (``ad.export``); folded again for restored code."""
+        if self._loops is None:
+            if self._remake is None:
+                raise ValueError("code restored from disk without a remake cannot print again")
+            self._loops = self._remake()
+        return self._loops
 
     @property
     def tape(self) -> Tape:
@@ -294,7 +311,7 @@ class LoopCompiled(CompiledProgram):
         return self.fn(*args, work, self.columns, out), out
 
     def visit(self, visitor: ProgramVisitor[T]) -> T:
-        return visitor.folded(self, self.source, self.columns, max(self.work_size, 1), ())
+        return visitor.folded(self, self.loops, ())
 
     def _make_numba(self) -> Callable:
         return native_entry(self.params, self.native)

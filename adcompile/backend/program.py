@@ -138,16 +138,12 @@ class ProgramVisitor(Protocol[T]):
     def straight_line(self, program: CompiledProgram) -> T:
         """Straight-line code of ``program.tape``."""
 
-    def folded(
-        self,
-        program: CompiledProgram,
-        source: str,
-        columns: np.ndarray,
-        work: int,
-        lead: tuple[int, ...],
-    ) -> T:
-        """Folded code: ``source`` defines ``fname(*lead, *args, v, c, out)``, with
-        ``work`` values of ``v`` and the constants ``columns`` as ``c``."""
+    def folded(self, program: CompiledProgram, loops: Any, lead: tuple[int, ...]) -> T:
+        """Folded code, printed from ``loops`` (``emit.fold.LoopSource``: its loop
+        program, which ``loops.printed(target)`` prints for another target, and the
+        Numba source ``loops.source`` of ``fname(*lead, *args, v, c, out)``, whose
+        work-array size and constants ``c`` are ``loops.code``'s); run with the
+        batch lengths ``lead`` first (batch-generic code), or none."""
 
     def interpreter(self, program: CompiledProgram, opcodes: OpcodeProgram) -> T:
         """The tape interpreter running the opcode program ``opcodes``."""

@@ -26,6 +26,7 @@ from ..loops.ir import Block, Lin, Loop, NotAffine, Program
 from ..loops.segments import Segment, find_segments
 from .codegen import CodeFacts, module_source
 from .loopgen import Generated, generate
+from .render import Target
 
 #: A loop body of this many operations is long: folding it in turn (loops
 #: inside loops) could shorten it (``loop_source``'s report).
@@ -85,6 +86,15 @@ class LoopSource:
     n_out: int
     timings: dict[str, float]
     facts: CodeFacts | None = None  # what the code is, in numbers (``api.summary``)
+    fname: str = "f"
+    doc: str = ""
+    lengths: tuple[int, ...] = ()  # the batch lengths of code generic in n, or ()
+
+    def printed(self, target: Target) -> Generated:
+        """The same program printed for another target (``render.PYTHON``, ``C99``)."""
+        what = self.grad if self.grad is not None else self.program
+        lengths = self.lengths or None
+        return generate(what, self.program.params, self.fname, self.doc, lengths, target)
 
 
 def loop_source(
@@ -144,7 +154,7 @@ def loop_source(
         "(the operations of the tape, before differentiating)." + _guard_note(program)
     )
     facts = CodeFacts("folded", tape.n_ops, code.statements, len(loops), len(tape))
-    return _source(program, gp, code, explanation, timings, facts)
+    return _source(program, gp, code, explanation, timings, facts, fname, doc)
 
 
 def _guard_note(program: Program) -> str:
@@ -215,7 +225,8 @@ def batch_source(
         f"of the tape at n = {ks[-1]}, before differentiating)."
     )
     facts = CodeFacts("folded", ops, code.statements, len(loops), generic=True)
-    return _source(generic, gp, code, explanation, timings, facts), tuple(ks)
+    made = _source(generic, gp, code, explanation, timings, facts, fname, doc, tuple(ks))
+    return made, tuple(ks)
 
 
 def _differentiate_and_print(
@@ -256,6 +267,9 @@ def _source(
     explanation: str,
     timings: dict[str, float],
     facts: CodeFacts,
+    fname: str,
+    doc: str,
+    lengths: tuple[int, ...] = (),
 ) -> LoopSource:
     """The module (``explanation`` as its header comment) and how many outputs it writes."""
     header = "".join(f"# {ln}\n" for ln in textwrap.wrap(explanation, 76))
@@ -265,6 +279,7 @@ def _source(
         if gp
         else len(program.outputs)
     )
+    source = module_source([header + code.text])
     return LoopSource(
-        program, gp, code, module_source([header + code.text]), explanation, n_out, timings, facts
+        program, gp, code, source, explanation, n_out, timings, facts, fname, doc, lengths
     )
