@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from test_fuzz import _args, _compile, programs
 
 import adcompile as ad
-from adcompile.api.export import c_header, exported_name, with_status
+from adcompile.api.export import c_header, exported_name
 from adcompile.ir.ops import BUILTIN
 
 HERE = Path(__file__).resolve().parent
@@ -319,22 +319,34 @@ def test_jit_module_compiles_with_numba():
     same(load(src, "rosen")(x), ad.value_and_grad(rosen)(x))
 
 
-def test_status_rewrite_numbers_guards_and_passes_them_up():
-    src = (
-        "def body(a, out):\n"
-        "    if not (a > 0.0):  # guard: a > 0.0 was True at f.py:3\n"
-        "        return False\n"
-        "    return True\n"
-        "def outer(a, out):\n"
-        "    if not body(a, out):\n"
-        "        return False\n"
-        "    return True\n"
+def test_the_printers_return_each_guard_as_data_with_the_number_its_code_returns():
+    """No comment is read back: the printer numbers the guards as it prints them and
+    returns them (render.GuardInfo); the exported code returns those numbers."""
+    from adcompile.emit.codegen import print_tape
+    from adcompile.emit.fold import loop_source
+    from adcompile.emit.render import PYTHON
+    from adcompile.ir.tape import Param
+
+    x, y = np.array([1.0, 2.0]), 3.0
+    printed = print_tape(
+        ad.trace(branchy, x, y), "f", [Param("x", 2), Param("y", None)], target=PYTHON
     )
-    text, messages = with_status(src)
-    ns: dict = {}
-    exec(text, ns)
-    assert ns["outer"](1.0, None) == 0 and ns["outer"](-1.0, None) == 1
-    assert messages == ["a > 0.0 was True when traced, at f.py:3"]
+    [g] = printed.guards
+    assert (g.number, g.condition, g.expected) == (1, "x[0] > 0.5", True)
+    assert re.fullmatch(r".*test_export\.py:\d+", g.where)
+    f = load("import math\n" + printed.text, "f")
+    assert f(x, y, np.empty(1)) == 0 and f(np.array([0.2, 2.0]), y, np.empty(1)) == 1
+    # folded: a loop of 120 guards, one number (and record) per element
+    z = np.linspace(0.1, 1.0, 120)
+    code = loop_source(ad.trace(relu_sum, z), [Param("x", 120)], [0], "g").printed(PYTHON)
+    assert [g.number for g in code.guards] == list(range(1, 121))
+    assert code.guards[7].condition == "x[7] > 0.0" and code.guards[7].expected
+    g = load("import math\n" + code.text, "g")
+    work, out = np.empty(max(code.work_size, 1)), np.empty(121)
+    assert g(z, work, code.columns, out) == 0
+    np.testing.assert_allclose(out, [np.sum(z * z), *(2 * z)], rtol=1e-14)
+    z[7] = -1.0
+    assert g(z, work, code.columns, out) == 8  # guards[7], x[7] > 0.0, fails
 
 
 @settings(
@@ -477,12 +489,13 @@ def test_c_hessian_by_basis_loop(tmp_path):
     np.testing.assert_allclose(out.reshape(10, 10), ad.hessian(h)(x), rtol=1e-12, atol=1e-14)
 
 
-def test_c_of_folded_code_is_printed_unrolled_and_agrees(tmp_path):
+def test_c_of_folded_code_keeps_its_loops_and_agrees(tmp_path):
     x = np.linspace(-1.0, 1.0, 80)
     vg = ad.value_and_grad(rosen)
     vg(x)
     assert vg.explanation.startswith("Folded")  # adcompile's own code has loops
     src = ad.export(rosen, x, target="c")
+    assert "for (long i = 0; i < 79; i++) {" in src  # and so has the C
     fn = build(tmp_path, src, "rosen_c").rosen_value_and_grad
     fn.argtypes, fn.restype = [P, P], ctypes.c_int
     out = np.empty(81)

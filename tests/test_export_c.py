@@ -161,11 +161,14 @@ def test_more_than_32_guards_each_have_a_number(tmp_path, n, transform, kind):
         out, np.hstack([want[0], want[1]] if len(out) > 1 else [want]), rtol=1e-13
     )
     assert out[0] == pytest.approx(thresholds(list(x)), rel=1e-13)  # plain Python
+    exported = load(ad.export(thresholds, x, transform=transform), "thresholds")
     for k in (0, 17, n - 2):  # one element below its threshold 0.01 k: that guard fails
         y = x.copy()
         y[k] = 0.01 * k - 1.0
         status = fn(ptr(y), ptr(out))
         assert says[status].startswith(f"x[{k}] < ") and "was False" in says[status]
+        with pytest.raises(ValueError, match=rf"guard {status} failed: x\[{k}\] < "):
+            exported(y)
 
 
 PATIENT = dict(

@@ -17,11 +17,18 @@ of that specialisation with what it needs around it:
   prototype), which :func:`c_header` cuts out; with ``path`` it is also
   written beside the ``.c`` file as ``.h``.
 
+Both are printed by the one printer (``emit.render``) from what adcompile
+compiled: straight-line code from its tape, folded code from its loop program
+(loops stay loops in C as in Python), the tape interpreter's program as data
+(Python; C prints its tape straight-line).
+
 Guards: each kernel returns a status, 0 when every guard recorded while
 tracing holds, else the guard's number (1-based), which the Python module
 turns into a ValueError naming the comparison and the user's source line.
-The module names that line by its file's base name (``model.py:12``), never
-the absolute path: exported code does not depend on where it was made.
+The numbers and what they mean come from the printer, as data
+(``render.GuardInfo``). Exported code names that line by its file's base name
+(``model.py:12``), never the absolute path: it does not depend on where it
+was made.
 
 The exported function is named after ``f``, made a valid identifier that is
 not a keyword, a builtin or a name the module uses (a lambda's is
@@ -32,10 +39,7 @@ from __future__ import annotations
 
 import builtins
 import keyword
-import linecache
-import ntpath
-import posixpath
-import re
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,13 +47,13 @@ from typing import Any
 
 import numpy as np
 
-from ..backend.program import CompiledProgram, GuardCheck
-from ..emit.codegen import straight_line
-from ..emit.render import literal
+from ..backend.program import CompiledProgram
+from ..emit.codegen import guard_records, print_tape
+from ..emit.render import PYTHON, literal
 from ..ir.outputs import OutLayout, size
 from ..ir.tape import Param
 from ..loops.ir import at_length
-from .export_c import HEADER_END, c_header, c_module
+from .export_c import HEADER_END, c_header, c_module, guard_messages
 
 __all__ = ["export", "exported_name", "c_header", "HEADER_END", "TRANSFORMS", "TARGETS"]
 
@@ -102,7 +106,6 @@ def export(
         n_vis = len(key) - len(hidden)
         name = exported_name(t.fun_name, {kernel.name, *kernel.helpers})
         text = _python_module(kernel, spec.out, name, names, key, n_vis, hidden, what, jit)
-    text = _short_paths(text)
     if path is not None:
         Path(path).write_text(text)
         if target == "c":
@@ -167,104 +170,9 @@ def exported_name(name: str, taken: set[str] | frozenset[str] = frozenset()) -> 
     return text
 
 
-def base_name(path: str) -> str:
-    """The last part of a POSIX or Windows path (``model.py``); ``<stdin>`` as it is."""
-    return ntpath.basename(posixpath.basename(path)) or path
-
-
-def _short_where(where: str) -> str:
-    """``file:line`` with the file's base name (``model.py:12``)."""
-    m = re.match(r"(.*):(\d+)$", where or "")
-    return f"{base_name(m[1])}:{m[2]}" if m else where
-
-
-#: A guard's comment in generated code, which ends with the user's ``file:line``.
-_GUARD_WHERE = re.compile(r"( was (?:True|False) at )(.+?):(\d+)(?= \*/|$)", re.M)
-
-
-def _short_paths(text: str) -> str:
-    """``text`` with each guard comment's source file named by its base name."""
-    return _GUARD_WHERE.sub(lambda m: f"{m[1]}{base_name(m[2])}:{m[3]}", text)
-
-
-def _where(where: str) -> str:
-    """``file:line`` (the file by its base name) and the line's text, when the file can be
-    read."""
-    m = re.match(r"(.*):(\d+)$", where or "")
-    if not m:
-        return where or "an unrecorded line"
-    text = linecache.getline(m[1], int(m[2])).strip()
-    short = _short_where(where)
-    return f"{short}: {text}" if text else short
-
-
-def _message(g: GuardCheck) -> str:
-    """A guard's line: the comparison (inputs by name), as traced, and the user's line."""
-    return f"{g.condition} was {g.expected} when traced, at {_where(g.where)}"
-
-
-_GUARD = re.compile(r"^(\s*)if (.*):  # guard: (.*) was (True|False)(?: at (.*))?$")
-_CALL = re.compile(r"^(\s*)if not (\w+\(.*\)):$")
-_FOR = re.compile(r"^(\s*)for (\w+) in range\((\d+)\):$")
-
-
-def _at(text: str, var: str, r: int) -> str:
-    """``text`` with each index that reads ``var`` evaluated at ``var = r``
-    (``x[1 + i]`` at 6: ``x[7]``)."""
-
-    def sub(m: re.Match) -> str:
-        if not re.search(rf"\b{var}\b", m[1]):
-            return m[0]
-        return f"[{eval(m[1], {'__builtins__': {}}, {var: r})}]"  # (ints, + and *)
-
-    return re.sub(r"\[([^\[\]]*)\]", sub, text)
-
-
-def with_status(source: str) -> tuple[str, list[str]]:
-    """Generated Python source (``return True`` / ``return False``) rewritten to
-    return 0, or guard ``k``'s number where it fails; a failure passed up from a
-    called function keeps its number. ``(source, messages)``; a ``return
-    False`` of no known form returns -1 (some guard failed)."""
-    lines = source.split("\n")
-    messages: list[str] = []
-    out: list[str] = []
-    k = 0
-    while k < len(lines):
-        line = lines[k]
-        nxt = lines[k + 1].strip() if k + 1 < len(lines) else ""
-        g, c = _GUARD.match(line), _CALL.match(line)
-        loop = _FOR.match(out[-1]) if g and out else None
-        if g and nxt == "return False" and loop and re.search(rf"\b{loop[2]}\b", g[3]):
-            # a loop of guards (loops.ir.GuardLoop): one number, and one message, per element
-            var, first = loop[2], len(messages) + 1
-            for r in range(int(loop[3])):
-                messages.append(
-                    _message(GuardCheck(_at(g[3], var, r), g[4] == "True", g[5] or ""))
-                )
-            out += [line, lines[k + 1].replace("return False", f"return {first} + {var}")]
-            k += 2
-            continue
-        if g and nxt == "return False":
-            messages.append(_message(GuardCheck(g[3], g[4] == "True", g[5] or "")))
-            out += [line, lines[k + 1].replace("return False", f"return {len(messages)}")]
-            k += 2
-            continue
-        if c and nxt == "return False":
-            pad = c[1]
-            out += [f"{pad}_s = {c[2]}", f"{pad}if _s:", f"{pad}    return _s"]
-            k += 2
-            continue
-        stripped = line.strip()
-        if stripped in ("return True", "return False"):
-            line = line.replace(stripped, "return 0" if stripped == "return True" else "return -1")
-        out.append(line)
-        k += 1
-    return "\n".join(out), messages
-
-
-def _body(source: str) -> str:
-    """A generated module without its header and imports."""
-    return re.sub(r"\A# generated by adcompile\nimport math\n+", "", source).strip() + "\n"
+def _comment(text: str) -> str:
+    """``text`` as a Python comment, wrapped as generated modules' header comments are."""
+    return "".join(f"# {line}\n" for line in textwrap.wrap(text, 76, break_on_hyphens=False))
 
 
 def _array_literal(a: np.ndarray, dtype: str = "float64") -> str:
@@ -295,16 +203,17 @@ class _PythonKernels:
     doc: str
 
     def straight_line(self, program: CompiledProgram) -> Kernel:
-        src = straight_line(program.tape, self.fname, self.params, self.doc, status=True)
-        return Kernel(self.fname, src, [_message(g) for g in program.guards])
+        printed = print_tape(program.tape, self.fname, self.params, self.doc, PYTHON)
+        return Kernel(self.fname, printed.text, guard_messages(printed.guards))
 
     def folded(self, program: Any, loops: Any, lead: tuple) -> Kernel:
-        defs, messages = with_status(_body(loops.source))
-        work, columns = loops.code.work_size, loops.code.columns
-        work = at_length(work, lead[0]) if lead else work  # (generic code, at length n)
+        code = loops.printed(PYTHON)  # (the guards numbered, and described, by the printer)
+        work = at_length(code.work_size, lead[0]) if lead else code.work_size  # (generic: at n)
         cols = f"_COLUMNS_{self.fname}"
         extras = [(f"_work_{self.fname}", f"np.empty({max(int(work), 1)})"), (cols, cols)]
-        literal = [f"{cols} = {_array_literal(columns)}"]
+        literal = [f"{cols} = {_array_literal(code.columns)}"]
+        defs = _comment(loops.explanation) + code.text
+        messages = guard_messages(code.guards)
         return Kernel(self.fname, defs, messages, extras, literal, [str(n) for n in lead])
 
     def basis(self, program: Any, one: CompiledProgram, m: int, dest: np.ndarray) -> Kernel:
@@ -396,7 +305,7 @@ class _PythonKernels:
         return Kernel(
             fname,
             run + "\n\n" + "\n".join(lines) + "\n",
-            [_message(g) for g in program.guards],
+            guard_messages(guard_records(program.tape, self.params)),
             [("_P", const)],
             [f"{const} = (\n" + "".join(f"    {a},\n" for a in arrays) + ")"],
             [],
@@ -449,7 +358,7 @@ def _scalar(fname, name, value):
 
 def _fail(fname, status):
     """A guard failed: these inputs take another branch than the exported code."""
-    what = _GUARDS[status - 1] if 0 < status <= len(_GUARDS) else "one of: " + "; ".join(_GUARDS)
+    what = _GUARDS[status - 1]
     raise ValueError(
         f"{fname}(): these inputs take another branch than the exported one "
         f"(guard {status} failed: {what}); export again at inputs that take it"
