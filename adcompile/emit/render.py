@@ -60,6 +60,13 @@ PYTHON_SYNTAX = {
     "fill": "{array}[{start}:{stop}] = {value}",
     "select": "{a} if {cond} else {b}",
     "not": "not ({cond})",
+    "is": "{cond}",
+    "guard": "if {test}:{note}\n    return {value}",
+    "flag": "{flag} = {start}{note}",
+    "flag_first": "{flag} += ({flag} == 0) * {number} * ({test}){note}",
+    "flag_and": "{flag} &= {holds}{note}",
+    "flag_test": "if {flag}:\n    return {value}",
+    "flag_test_not": "if not {flag}:\n    return {value}",
     "nan": "math.nan",
     "inf": "math.inf",
     "template": "code",
@@ -77,6 +84,11 @@ C_SYNTAX = {
     "fill": "for (long k_ = {start}; k_ < {stop}; k_++) {array}[k_] = {value};",
     "select": "({cond} ? {a} : {b})",
     "not": "!({cond})",
+    "is": "({cond})",
+    "guard": "if ({test}) return {value};{note}",
+    "flag": "int {flag} = {start};{note}",
+    "flag_first": "{flag} += ({flag} == 0) * {number} * ({test});{note}",
+    "flag_test": "if ({flag}) return {value};",
     "nan": "NAN",
     "inf": "INFINITY",
     "template": "c",
@@ -138,7 +150,6 @@ class Target:
 NUMBA = Target("numba", PYTHON_SYNTAX, False, "True", "False", False)
 PYTHON = Target("python", PYTHON_SYNTAX, True, "0", "", True)
 C99 = Target("c", C_SYNTAX, True, "0", "", True)
-TARGETS = {t.name: t for t in (NUMBA, PYTHON, C99)}
 
 
 def no_c_form(op: Op) -> str:
@@ -356,35 +367,29 @@ def _failure(t: Target, s: Guard) -> str:
 
 
 def _guard(t: Target, s: Guard) -> list[str]:
-    note = _comment_text(t, guard_note(t, s.cond, s.expected, s.where))
-    test = t.negate(s.cond) if s.expected else (f"({s.cond})" if t.c else s.cond)
-    ret = t.syntax["return"].format(value=_failure(t, s))
-    if t.c:
-        return [f"if ({test}) {ret}" + t.syntax["inline"].format(text=note)]
-    return [f"if {test}:" + t.syntax["inline"].format(text=note), "    " + ret]
+    sx = t.syntax
+    note = sx["inline"].format(text=_comment_text(t, guard_note(t, s.cond, s.expected, s.where)))
+    test = t.negate(s.cond) if s.expected else sx["is"].format(cond=s.cond)
+    return sx["guard"].format(test=test, note=note, value=_failure(t, s)).split("\n")
 
 
 def _flag(t: Target, s: Stmt) -> list[str]:
-    end = ";" if t.c else ""
+    sx = t.syntax
     if type(s) is Flag:
-        start = "0" if t.status else "True"
-        decl = "int " if t.c else ""
-        note = t.syntax["inline"].format(text=s.note) if s.note else ""
-        return [f"{decl}{s.flag} = {start}{end}{note}"]
+        note = sx["inline"].format(text=s.note) if s.note else ""
+        return [sx["flag"].format(flag=s.flag, start="0" if t.status else "True", note=note)]
     if type(s) is FlagGuard:
-        note = t.syntax["inline"].format(
-            text=_comment_text(t, guard_note(t, s.cond, s.expected, s.where))
-        )
+        text = _comment_text(t, guard_note(t, s.cond, s.expected, s.where))
+        note = sx["inline"].format(text=text)
         if t.status:  # no branch: the flag takes k if it is still 0 and guard k fails
             test = t.negate(s.cond) if s.expected else s.cond
-            return [f"{s.flag} += ({s.flag} == 0) * {s.number} * ({test}){end}{note}"]
+            line = sx["flag_first"].format(flag=s.flag, number=s.number, test=test, note=note)
+            return [line]
         holds = s.cond if s.expected else t.negate(s.cond)
-        return [f"{s.flag} &= {holds}{note}"]
-    if t.c:
-        return [f"if ({s.flag}) return {s.flag};"]
-    if t.status:
-        return [f"if {s.flag}:", f"    return {s.fail or s.flag}"]
-    return [f"if not {s.flag}:", f"    return {s.fail or t.failure}"]
+        return [sx["flag_and"].format(flag=s.flag, holds=holds, note=note)]
+    if t.status:  # FlagTest: the number of the guard that failed
+        return sx["flag_test"].format(flag=s.flag, value=s.fail or s.flag).split("\n")
+    return sx["flag_test_not"].format(flag=s.flag, value=s.fail or t.failure).split("\n")
 
 
 def _header(t: Target, f: Function) -> list[str]:
