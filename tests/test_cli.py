@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import fresh_loader
 
+import adcompile as ad
 from adcompile.cli import commands as cli
 from adcompile.datasets import make_moons
 
@@ -260,7 +261,7 @@ def test_bench_help_outside_a_checkout_is_help(capsys, monkeypatch, tmp_path, ar
 
 
 def test_bench_help_from_an_installed_copy_in_a_fresh_process(tmp_path):
-    root = Path(cli.__file__).resolve().parent
+    root = Path(ad.__file__).resolve().parent  # the whole package
     shutil.copytree(root, tmp_path / "site" / "adcompile", ignore=shutil.ignore_patterns("*.pyc"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
