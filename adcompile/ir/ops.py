@@ -113,8 +113,9 @@ def apply(op: Op, *args: Any) -> Any:
         if not isinstance(a, _NUMBER):
             if hasattr(a, "_apply"):
                 return a._apply(op, args)
-            if isinstance(a, np.ndarray):
-                return _apply_array(op, args)
+            if isinstance(a, np.ndarray):  # (a tracing array after it records)
+                tracer = next((b for b in args if hasattr(b, "_apply")), None)
+                return _apply_array(op, args) if tracer is None else tracer._apply(op, args)
             if isinstance(a, (np.floating, np.integer, bool)):
                 continue
             raise TypeError(
@@ -719,11 +720,9 @@ def _generic(name: str) -> Callable:
     return f
 
 
-add, sub, mul, div, pow, exp, log, sqrt = (
-    _generic(n) for n in ("add", "sub", "mul", "div", "pow", "exp", "log", "sqrt")
-)
-sin, cos, sinh, cosh, sigmoid, sign, step = (
-    _generic(n) for n in ("sin", "cos", "sinh", "cosh", "sigmoid", "sign", "step")
+add, sub, mul, div, pow, exp, log, sqrt = map(_generic, "add sub mul div pow exp log sqrt".split())
+sin, cos, sinh, cosh, sigmoid, sign, step = map(
+    _generic, "sin cos sinh cosh sigmoid sign step".split()
 )
 absolute, floor_divide = _generic("abs"), _generic("floor_divide")
 
