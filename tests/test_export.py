@@ -26,7 +26,7 @@ from test_fuzz import _args, _compile, programs
 
 import adcompile as ad
 from adcompile.api.export import c_header, exported_name
-from adcompile.ir.ops import BUILTIN
+from adcompile.ir import BUILTIN
 
 HERE = Path(__file__).resolve().parent
 

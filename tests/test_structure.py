@@ -18,6 +18,8 @@ import ast
 import math
 import operator
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +31,7 @@ from adcompile.api.extend import primitive
 from adcompile.diff import interpret
 from adcompile.diff.forward import jvp_tape
 from adcompile.diff.reverse import grad_tape
-from adcompile.ir import ops
+from adcompile.ir import BUILTIN, ops
 from adcompile.ir.passes import simplify, zero_flow
 
 PACKAGE = Path(ad.__file__).parent
@@ -194,10 +196,40 @@ def test_every_module_states_its_contract():
     assert {s for s in STAGES} <= MODULES  # the stages are packages
 
 
+#: The op table's modules: one family of primitives each, defined with ``ops.defop``.
+TABLE = {"ir.arithmetic", "ir.elementary", "ir.piecewise"}
+
+
 def test_the_op_table_and_the_tape_import_little():
     graph = _graph()
     assert graph["ir.ops"] == set()
+    for module in TABLE:
+        assert graph[module] == {"ir.ops"}, module
+    assert graph["ir"] == TABLE | {"ir.ops"}  # the package loads the table with ops
     assert graph["ir.tape"] == {"ir.ops"}
+
+
+def test_the_op_table_is_complete_whenever_ops_is_imported():
+    """``OPS`` holds every built-in op after importing ``adcompile.ir.ops`` alone (the
+    package ``adcompile.ir`` loads the table's modules first), in a fresh interpreter."""
+    code = (
+        "import sys; from adcompile.ir import ops; "
+        "print(sorted(m for m in sys.modules if m.startswith('adcompile.ir.'))); "
+        "print(' '.join(ops.OPS))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=PACKAGE.parent,
+    ).stdout.splitlines()
+    assert {f"adcompile.{m}" for m in TABLE} <= set(ast.literal_eval(out[0]))
+    assert out[1].split() == list(BUILTIN) and len(BUILTIN) > 30
+    for module in TABLE:  # each defines ops with the table's own call
+        tree = ast.parse((PACKAGE / (module.replace(".", "/") + ".py")).read_text())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+        assert any(getattr(c.func, "id", "") == "defop" for c in calls), module
 
 
 # ------------------------------------------------------------------ a new op
@@ -404,9 +436,7 @@ MAX_FUNCTION_LINES = 80
 #: The modules over the limit (paths under adcompile/), each at its size when listed. The
 #: list only shrinks: a listed module that grows fails, and one that is now within the
 #: limit (or gone) must come off the list.
-MODULES_OVER = {
-    "ir/ops.py": 734,
-}
+MODULES_OVER: dict[str, int] = {}
 #: The functions over the limit (``path::qualified name``), likewise.
 FUNCTIONS_OVER: dict[str, int] = {}
 
