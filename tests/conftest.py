@@ -126,6 +126,19 @@ NUMPY_REF: dict[str, Callable[..., float]] = {
     "rint": np.rint,
     "floor_divide": np.floor_divide,
     "remainder": np.remainder,
+    "square": np.square,
+    "reciprocal": np.reciprocal,
+    "exp2": np.exp2,
+    "log10": np.log10,
+    "log2": np.log2,
+    "logaddexp": np.logaddexp,
+    "logaddexp2": np.logaddexp2,
+    "cbrt": np.cbrt,
+    "arctan2": np.arctan2,
+    "hypot": np.hypot,
+    "arcsinh": np.arcsinh,
+    "arccosh": np.arccosh,
+    "arctanh": np.arctanh,
 }
 
 

@@ -245,6 +245,18 @@ TORCH_NAMES = {
     "maximum": "maximum",
     "minimum": "minimum",
     "sign": "sign",
+    "square": "square",
+    "reciprocal": "reciprocal",
+    "exp2": "exp2",
+    "log10": "log10",
+    "log2": "log2",
+    "logaddexp": "logaddexp",
+    "logaddexp2": "logaddexp2",
+    "arctan2": "atan2",
+    "hypot": "hypot",
+    "arcsinh": "asinh",
+    "arccosh": "acosh",
+    "arctanh": "atanh",
 }
 
 
@@ -503,6 +515,7 @@ D = 2.0**-40  # a distance to an edge, exact in binary (x + D and x + D / 1024 a
 H = D / 1024  # a difference step well inside it
 PI = math.pi
 X3 = 1.0 - 3e-9  # a float near 1 with a full mantissa (1 - X3 is exact, X3 * X3 is not)
+LN2, LN10 = math.log(2.0), math.log(10.0)
 EDGES: dict[str, list[Edge]] = {
     "add": [Edge((1e300, 1e300), (1.0, 1.0))],
     "sub": [Edge((1e300, -1e300), (1.0, -1.0))],
@@ -510,6 +523,14 @@ EDGES: dict[str, list[Edge]] = {
     # d/db a / b = -a / b**2: near b = 0 the largest derivative that is still finite
     "div": [Edge((1.0, 1e-150), (1e150, -1e300), along=1)],
     "neg": [Edge((-0.0,), (-1.0,))],
+    "square": [Edge((1e150,), (2e150,)), Edge((-3.0,), (-6.0,)), Edge((-0.0,), (-0.0,))],
+    # -1 / x**2: -inf at either zero, -0.0 where it underflows
+    "reciprocal": [
+        Edge((1e-150,), (-1e300,)),
+        Edge((1e200,), (-0.0,)),
+        Edge((0.0,), (-INF,), side="+"),
+        Edge((-0.0,), (-INF,), side="-"),
+    ],
     "pow": [
         # 0**y = 0 for y > 0, so d/dy = 0 (JAX and PyTorch); d/dx = y * 0**(y-1)
         Edge((0.0, 2.0), (0.0, 0.0)),
@@ -525,9 +546,35 @@ EDGES: dict[str, list[Edge]] = {
     "abs": [Edge((0.0,), (0.0,), CONVENTION), Edge((1e-300,), (1.0,))],
     "exp": [Edge((709.0,), (E(709.0),)), Edge((-700.0,), (E(-700.0),))],
     "log": [Edge((1e-300,), (1e300,)), Edge((0.0,), (INF,), side="+")],
+    "log10": [Edge((1e-300,), (1.0 / (1e-300 * LN10),)), Edge((0.0,), (INF,), side="+")],
+    "log2": [Edge((1e-300,), (1.0 / (1e-300 * LN2),)), Edge((0.0,), (INF,), side="+")],
     "log1p": [Edge((-1.0 + D,), (1.0 / D,), h=H), Edge((-1.0,), (INF,), side="+")],
+    # d/da log(e**a + e**b) = 1 / (1 + e**(b - a)): 1 and 0 however far apart (an
+    # infinite operand too: the limits, not checked by SymPy, which takes no inf), and
+    # exact at large a (2**a likewise, with ln 2)
+    "logaddexp": [
+        Edge((0.0, 0.0), (0.5, 0.5)),
+        Edge((1000.0, -1000.0), (1.0, 0.0)),
+        Edge((40.0, 0.0), (1.0 / (1.0 + E(-40.0)), E(-40.0) / (1.0 + E(-40.0)))),
+        Edge((1e6, 1e6 - 1.0), (1.0 / (1.0 + E(-1.0)), 1.0 / (1.0 + E(1.0))), h=1e-3),
+        Edge((INF, 1.0), (1.0, 0.0), CONVENTION),
+        Edge((-INF, 1.0), (0.0, 1.0), CONVENTION),
+    ],
+    "logaddexp2": [
+        Edge((0.0, 0.0), (0.5, 0.5)),
+        Edge((-1000.0, 1000.0), (0.0, 1.0)),
+        Edge((1e6, 1e6 - 1.0), (2.0 / 3.0, 1.0 / 3.0), h=1e-3),
+    ],
     "expm1": [Edge((709.0,), (E(709.0),)), Edge((-40.0,), (E(-40.0),))],
+    "exp2": [Edge((1023.0,), (2.0**1023 * LN2,)), Edge((-1000.0,), (2.0**-1000 * LN2,))],
     "sqrt": [Edge((1e-300,), (0.5e150,)), Edge((0.0,), (INF,), side="+")],
+    # d/dx x**(1/3) = 1 / (3 x**(2/3)): inf at 0 from both sides
+    "cbrt": [
+        Edge((-8.0,), (1.0 / 12.0,)),
+        Edge((1e300,), (1.0 / 3e200,)),
+        Edge((-1e-300,), (1.0 / 3e-200,)),
+        Edge((0.0,), (INF,)),
+    ],
     "sin": [Edge((PI,), (math.cos(PI),)), Edge((0.0,), (1.0,))],
     "cos": [Edge((PI / 2,), (-math.sin(PI / 2),)), Edge((0.0,), (-0.0,))],
     "tan": [Edge((PI / 2 - 1e-8,), (1.0 / math.cos(PI / 2 - 1e-8) ** 2,), h=1e-12)],
@@ -545,9 +592,44 @@ EDGES: dict[str, list[Edge]] = {
         Edge((-1.0,), (-INF,), side="+"),
     ],
     "arctan": [Edge((1e10,), (1e-20,)), Edge((1e200,), (0.0,))],  # 1e-400 underflows to 0
+    # d/dy atan2(y, x) = x / (x**2 + y**2), d/dx = -y / (x**2 + y**2): finite where the
+    # squares overflow or underflow; on the branch cut (y = +-0, x < 0) the angle jumps
+    # (pi above, -pi below) and the derivative is the limit from either side; at the
+    # origin 0, as PyTorch (JAX: nan)
+    "arctan2": [
+        Edge((1e200, 1e200), (5e-201, -5e-201)),
+        Edge((1e-200, 1e-200), (5e199, -5e199)),
+        Edge((1.0, 0.0), (0.0, -1.0)),
+        Edge((0.0, -1.0), (-1.0, -0.0), side="+"),
+        Edge((-0.0, -1.0), (-1.0, 0.0), side="-"),
+        Edge((0.0, 0.0), (0.0, -0.0), CONVENTION),
+    ],
+    # d/da hypot(a, b) = a / hypot(a, b): no overflow at 1e300; at the origin (the kink of
+    # |a| on the axis b = 0) 0, as JAX (PyTorch: nan)
+    "hypot": [
+        Edge((1e300, 1e300), (math.sqrt(0.5), math.sqrt(0.5))),
+        Edge((-3.0, 4.0), (-0.6, 0.8)),
+        Edge((1e-300, 0.0), (1.0, 0.0)),
+        Edge((0.0, 0.0), (0.0, 0.0), CONVENTION),
+    ],
     "sinh": [Edge((700.0,), (math.cosh(700.0),))],
     "cosh": [Edge((700.0,), (math.sinh(700.0),)), Edge((0.0,), (0.0,))],
     "tanh": [Edge((1e-8,), (1.0 - math.tanh(1e-8) ** 2,)), Edge((0.0,), (1.0,))],
+    # 1 / sqrt(1 + x**2), 1 / sqrt(x**2 - 1), 1 / (1 - x**2): finite at 1e200, where the
+    # square overflows; next to |x| = 1 through (x - 1)(x + 1), exact in binary
+    "arcsinh": [Edge((1e200,), (1e-200,)), Edge((-1e200,), (1e-200,)), Edge((0.0,), (1.0,))],
+    "arccosh": [
+        Edge((1.0 + D,), (1.0 / math.sqrt(D * (2.0 + D)),), h=H),
+        Edge((1.0,), (INF,), side="+"),
+        Edge((1e200,), (1e-200,)),
+    ],
+    "arctanh": [
+        Edge((1.0 - D,), (1.0 / (D * (2.0 - D)),), h=H),
+        Edge((-1.0 + D,), (1.0 / (D * (2.0 - D)),), h=H),
+        Edge((1.0,), (INF,), side="-"),
+        Edge((-1.0,), (INF,), side="+"),
+        Edge((0.0,), (1.0,)),
+    ],
     "sigmoid": [Edge((-40.0,), (E(-40.0) / (1.0 + E(-40.0)) ** 2,)), Edge((0.0,), (0.25,))],
     "softplus": [Edge((-40.0,), (E(-40.0) / (1.0 + E(-40.0)),))],
     "relu": [

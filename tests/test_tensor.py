@@ -102,7 +102,9 @@ def test_every_unary_op_is_a_method():
     a = tensor([0.5])
     for name, op in ops.OPS.items():
         if op.arity == 1:
-            assert math.isclose(getattr(a, name)().data[0], op.eval(0.5), rel_tol=1e-15), name
+            got, want = getattr(a, name)().data[0], op.eval(0.5)
+            same = math.isclose(got, want, rel_tol=1e-15) or (math.isnan(got) and math.isnan(want))
+            assert same, name  # (nan for arccosh: 0.5 is outside its domain)
 
 
 @pytest.fixture

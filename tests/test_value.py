@@ -396,11 +396,14 @@ def test_detach_and_item():
 
 # ---------------------------------------------------------------- NumPy object arrays
 
-# NumPy ufuncs whose object loop calls a Value method or operator, by op name.
+# NumPy ufuncs whose object loop calls a Value method or operator, by op name
+# (np.logaddexp and np.logaddexp2 have no object loop: NumPy refuses object arrays).
 UFUNCS = {
     name: getattr(np, name)
     for name in OPS
-    if isinstance(getattr(np, name, None), np.ufunc) and name != "sign"
+    if isinstance(getattr(np, name, None), np.ufunc)
+    and name != "sign"
+    and any(t.startswith("O") for t in getattr(np, name).types)
 }
 UFUNCS.update(
     sub=np.subtract, mul=np.multiply, div=np.divide, neg=np.negative, pow=np.power,

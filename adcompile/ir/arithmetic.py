@@ -1,4 +1,5 @@
-"""The op table, arithmetic: + - * / and unary -, ``**``, ``abs``.
+"""The op table, arithmetic: + - * / and unary -, ``**``, ``abs``, ``square`` and
+``reciprocal``.
 
 One ``defop`` per primitive: its float value (NumPy's semantics), derivative
 rules, Python (Numba) and C99 templates, SymPy form, test domain, what the tape
@@ -28,6 +29,11 @@ _mul = float.__mul__
 _neg = float.__neg__
 _div = numpy_fallback(lambda a, b: a / b, np.divide)
 _pow = numpy_fallback(lambda a, b: a**b if a != -math.inf else None, np.power)
+_reciprocal = numpy_fallback(lambda a: 1.0 / a, np.reciprocal)
+
+
+def _square(x: float) -> float:
+    return x * x
 
 
 defop(
@@ -144,4 +150,26 @@ defop(
     operator="abs",
     ufuncs=("absolute", "fabs"),
     c="fabs({0})",
+)
+# NumPy's square and reciprocal, x * x and 1 / x as their ufuncs compute them (so
+# np.square(v) is one node, not mul(v, v)). reciprocal's derivative -1 / x**2 is written
+# -out * out, as PyTorch's: no division, -inf at either zero.
+defop(
+    "square",
+    1,
+    _square,
+    "({0} * {0})",
+    (lambda g, out, a: g * (2.0 * a),),
+    lambda sp, a: a**2,
+    c="({0} * {0})",
+)
+defop(
+    "reciprocal",
+    1,
+    _reciprocal,
+    "(1.0 / {0})",
+    (lambda g, out, a: -(g * (out * out)),),
+    lambda sp, a: 1 / a,
+    domain=(0.5, 3.0),
+    c="(1.0 / {0})",
 )

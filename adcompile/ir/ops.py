@@ -226,7 +226,7 @@ add, sub, mul, div, pow, exp, log, sqrt = map(_generic, "add sub mul div pow exp
 sin, cos, sinh, cosh, sigmoid, sign, step = map(
     _generic, "sin cos sinh cosh sigmoid sign step".split()
 )
-absolute, floor_divide = _generic("abs"), _generic("floor_divide")
+absolute, floor_divide, hypot = _generic("abs"), _generic("floor_divide"), _generic("hypot")
 
 
 def nonzero(x: Any) -> Any:
