@@ -102,9 +102,10 @@ def test_every_unary_op_is_a_method():
     a = tensor([0.5])
     for name, op in ops.OPS.items():
         if op.arity == 1:
-            got, want = getattr(a, name)().data[0], op.eval(0.5)
+            with np.errstate(invalid="ignore"):  # arccosh(0.5) is nan: NumPy's vectorize says so
+                got, want = getattr(a, name)().data[0], op.eval(0.5)
             same = math.isclose(got, want, rel_tol=1e-15) or (math.isnan(got) and math.isnan(want))
-            assert same, name  # (nan for arccosh: 0.5 is outside its domain)
+            assert same, name
 
 
 @pytest.fixture
