@@ -15,7 +15,6 @@ import hashlib
 import json
 import threading
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from ..trace import loader
 from ..trace.loader import CacheDirError as CacheDirError
 from ..trace.loader import CacheWarning as CacheWarning
 from ..trace.loader import cache_dir as cache_dir
+from .shared import forget_shared_code
 
 #: Tapes with more slots than this run on the tape interpreter instead of
 #: straight-line code (Numba needs about 1 ms per generated statement).
@@ -150,36 +150,6 @@ def compile_now(fn: Callable, signature: Any) -> Callable:
     return dispatcher
 
 
-#: Compiled code by the digest of the tape it was made from (``Tape.digest``, with
-#: what else the code depends on), for every transform of this process: a trace
-#: that gives a tape seen before reuses its code. The most recent ``SHARED_CODES``
-#: are kept, of tapes of ``SHARED_MAX_SLOTS`` slots in all.
-_shared: OrderedDict[str, tuple[Any, list, int]] = OrderedDict()
-_shared_slots = 0
-SHARED_CODES = 256
-SHARED_MAX_SLOTS = 2_000_000
-
-
-def shared_code(digest: str, ops: list, size: int, build: Callable[[], Any]) -> tuple[Any, bool]:
-    """The compiled code kept for ``digest`` (and True), or ``build()``'s, then kept
-    (and False). ``ops`` are the tape's ops (kept alive with it: an op is told
-    apart by identity too), ``size`` its slots."""
-    global _shared_slots
-    key = digest + repr(sorted((op.name, id(op)) for op in ops))
-    with _lock:
-        hit = _shared.get(key)
-        if hit is not None:
-            _shared.move_to_end(key)
-            return hit[0], True
-    compiled = build()
-    with _lock:
-        _shared[key] = (compiled, ops, size)
-        _shared_slots += size
-        while len(_shared) > SHARED_CODES or _shared_slots > SHARED_MAX_SLOTS:
-            _shared_slots -= _shared.popitem(last=False)[1][2]
-    return compiled, False
-
-
 #: The version of the code that makes records (``read_record``): a hash of
 #: adcompile's own source files, so that a record never outlives the printer
 #: that wrote it.
@@ -234,14 +204,6 @@ def write_record(digest: str, record: dict) -> None:
         loader.write_atomic(path, json.dumps({**record, "digest": digest}))
     except OSError as e:
         loader.disk_failed(path.parent.parent, e, "a record of compiled code")
-
-
-def forget_shared_code() -> None:
-    """Forget the compiled code kept for later traces of the same tapes."""
-    global _shared_slots
-    with _lock:
-        _shared.clear()
-        _shared_slots = 0
 
 
 def clear_cache() -> int:
