@@ -11,6 +11,10 @@ transforms (``adcompile.api``) trace, then call it. It reads as the pipeline:
 4. **backend** (``backend/``): the source is loaded from a real file and
    compiled by Numba.
 
+An array tape (``ir.arrays``: one node per NumPy call) skips step 1: it is
+differentiated by ``diff.arrays`` and printed as NumPy code on whole arrays
+(``emit.arrays``, run by ``backend.arrays``; not yet lowered into loops).
+
 Steps 1 to 3 of the loop path are ``emit.fold.loop_source``; the unrolled path's
 printing and compiling are ``backend.compiled.compile_tape``. Either way the
 result is a ``backend.program.CompiledProgram``. Numba is imported on the
@@ -25,8 +29,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .backend.program import CompiledProgram
+from .diff.arrays import grad_tape as array_grad_tape
 from .diff.reverse import grad_tape
 from .emit.fold import loop_source
+from .ir.arrays import ArrayTape
 from .ir.tape import Param, Tape
 
 #: Fold a large tape into loops before differentiating it, and differentiate the
@@ -56,6 +62,8 @@ def compile(  # noqa: A001  (the pipeline's one verb)
     in adcompile) goes to ``on_loop_failure`` (default: raised), then the unrolled
     path is taken."""
     stages = {} if stages is None else stages
+    if isinstance(tape, ArrayTape):
+        return compile_arrays(tape, params, fname, doc, wrt, stages)
     report: dict = {}
     compiled = fold_into_loops(tape, params, fname, doc, wrt, positions, report, on_loop_failure)
     if compiled is not None:
@@ -83,6 +91,27 @@ def compile(  # noqa: A001  (the pipeline's one verb)
     clock = time.perf_counter()
     compiled = compile_tape(code_tape, params, fname, doc, force=force, why=why)
     stages["generate and compile"] = time.perf_counter() - clock
+    return compiled
+
+
+def compile_arrays(
+    tape: ArrayTape,
+    params: list[Param],
+    fname: str,
+    doc: str,
+    wrt: list[int] | None,
+    stages: dict[str, float],
+) -> CompiledProgram:
+    """The program of an array tape (one input per argument): its value, or value and
+    gradient with respect to the arguments ``wrt``, as NumPy code on whole arrays."""
+    from .backend.arrays import ArrayCompiled
+
+    clock = time.perf_counter()
+    code = tape if wrt is None else array_grad_tape(tape, wrt)
+    if wrt is not None:
+        stages["reverse"] = time.perf_counter() - clock
+    compiled = ArrayCompiled(code, params, fname, doc)
+    stages.update(compiled.timings)
     return compiled
 
 

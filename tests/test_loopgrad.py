@@ -376,6 +376,7 @@ def test_many_short_loops_that_are_not_one_loop_go_to_the_interpreter_at_once():
     vg = ad.value_and_grad(
         _two_layer_hinge(lambda z: np.where(z > 0, z, 0)), argnums=(0, 1, 2, 3, 4)
     )
+    vg.array_level = False  # (element by element: at array level the where is a select)
     value, grads = vg(*args)
     assert "interpreter" in vg.explanation and "not one loop" in vg.explanation
     ref_value, ref_grads = _two_layer_hinge_by_hand(*args)
@@ -390,6 +391,7 @@ def test_the_same_network_with_np_maximum_folds_and_keeps_its_argument_names_apa
     # named w3 is also the name of a nested loop's row base in the generated
     # code (w<n>), so it is renamed there
     vg = ad.value_and_grad(_two_layer_hinge(lambda z: np.maximum(z, 0)), argnums=(0, 1, 2, 3, 4))
+    vg.array_level = False  # (its weights hold 338 numbers: array code otherwise)
     for n in (40, 27):
         args = _two_layer_hinge_args(n)
         value, grads = vg(*args)

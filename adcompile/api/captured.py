@@ -13,11 +13,22 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
+from ..backend import batch
+from ..ir.arrays import ArrayTape
 from ..ir.tape import Tape
 from ..trace import captures
+from ..trace.arrays import NotArrayLevel
+from ..trace.mode import debug_nans_enabled
 from ..trace.value import Value
 from .events import RetraceWarning, user_stacklevel
-from .tracing import trace_call
+from .tracing import trace_array_call, trace_call
+
+#: Arguments holding at least this many numbers in their arrays are traced at array
+#: level first (one node per NumPy call); smaller ones element by element, as Values,
+#: whose code Numba compiles (and at array level only where that fails).
+ARRAY_LEVEL_MIN = 256
 
 
 class CapturesMixin:
@@ -127,6 +138,50 @@ class CapturesMixin:
             return self._trace_captured(fun, args[1:], leaves, names[1:], sites, True, multi)
         return self._trace_captured(fun, args, (), names, sites, True, multi)
 
+    def _trace_arrays(self, args: Sequence[Any], small: bool = False) -> ArrayTape | None:
+        """The array-level tape of ``fun`` at ``args`` (``tracing.trace_array_call``), or
+        None: where ``array_level`` is off, the arrays hold fewer than
+        ``ARRAY_LEVEL_MIN`` numbers in all (unless ``small``: after tracing element
+        by element failed), ``fun`` reads a model's Values, or it does what that level
+        does not take (``array_refused`` then says what, and this transform traces
+        element by element from then on)."""
+        caps = self._caps
+        sizes = [a.size for a in self._visible(args) if isinstance(a, np.ndarray) and a.ndim]
+        if (
+            not self.array_level
+            or debug_nans_enabled()  # (the element-wise tape names the op that made a nan)
+            or self.array_refused is not None
+            or self.leaves is not None
+            or self.mode not in ("grad", "value_and_grad", "jit")
+            or (caps is not None and caps.outer)
+            or not sizes
+            or (sum(sizes) < ARRAY_LEVEL_MIN and not small)
+        ):
+            return None
+        gens = caps.generators if caps is not None else ()
+        try:
+            tape = trace_array_call(self._fun_for_trace(), args, self._names(len(args)), gens)
+        except (Exception, NotArrayLevel) as e:
+            self.array_refused = _refusal(e)
+            return None
+        if caps is not None and caps.watched:
+            caps.settle()
+        return None if not small and self._batch_rather(args, tape) else tape
+
+    def _batch_rather(self, args: Sequence[Any], tape: ArrayTape) -> bool:
+        """Whether code generic in the batch length (``api.batching``) serves ``fun``
+        better than its array code: it has rows of data to be generic in, selects
+        nothing by data (``where``, masks, comparisons: guards element by element),
+        and its other arrays are small (they are traced element by element there)."""
+        if self.mode == "jit" or any(tape.booleans):
+            return False
+        shapes = [np.shape(a) if isinstance(a, np.ndarray) else None for a in args]
+        found = batch.batched(shapes, self._wrt_args(len(args)), min_length=1)
+        if found is None:
+            return False
+        rest = sum(a.size for k, a in enumerate(args) if shapes[k] and k not in found[1])
+        return rest < ARRAY_LEVEL_MIN
+
     def _trace_captured(self, fun: Callable, args: Sequence[Any], *rest: Any) -> Tape:
         """``trace_call(fun, args, *rest)`` with what ``fun`` reads from outside (its
         outer Values, its generators), then settled (``Captures.settle``)."""
@@ -148,3 +203,12 @@ class CapturesMixin:
         caps = self.captures
         if caps.watched:
             self._check_watched(caps)
+
+
+def _refusal(e: BaseException) -> str:
+    """Why a function is not traced at array level, in words (``ad.explain``)."""
+    while isinstance(e, captures.SwapFailed) and e.__cause__ is not None:
+        e = e.__cause__
+    if isinstance(e, NotArrayLevel):
+        return str(e)
+    return f"{type(e).__name__} while tracing at array level: {e}"

@@ -23,6 +23,7 @@ import numpy as np
 from .. import pipeline
 from ..backend.program import CompiledProgram
 from ..diff.interpret import first_nonfinite
+from ..ir.arrays import ArrayTape
 from ..ir.ops import OPS
 from ..ir.outputs import OutLayout
 from ..ir.tape import Param, Tape, forward_sweep
@@ -73,7 +74,21 @@ class CompileMixin:
             clock = time.perf_counter()
             self._stages = {}
             batches = dict(self._batches)
-            found = self._batch_call(key, args, flat)
+            with gc_paused():
+                arrays = self._trace_arrays(args)  # None: f is traced element by element
+            self._stages = {"trace": time.perf_counter() - clock} if arrays is not None else {}
+            try:
+                found = None if arrays is not None else self._batch_call(key, args, flat)
+                spec = None if found is not None else self._specialise_traced(key, args, arrays)
+            except Exception:
+                if arrays is not None:
+                    raise
+                # what fails on Values may work on arrays (np.var of an object array)
+                arrays = self._trace_arrays(args, small=True)
+                if arrays is None:
+                    raise
+                self._stages = {"trace": time.perf_counter() - clock}
+                found, spec = None, self._specialise_traced(key, args, arrays)
             if found is not None:
                 spec, out, n = found
                 announce.done(spec.compiled)
@@ -86,7 +101,6 @@ class CompileMixin:
                     reason += f"; batch length {n} served by the code generic in the batch length"
                 self._record(reason, spec, clock, key, traced=new)
                 return spec, out
-            spec = self._specialise(key, args)
             announce.done(spec.compiled)
             self._record(reason, spec, clock, key)
         ok, out = spec.call(*flat)
@@ -233,11 +247,26 @@ class CompileMixin:
             where = primal.where[block] if primal.where else line(block)
         raise nonfinite_error(node.op, [vals[a] for a in node.args], vals[j], where, context)
 
-    def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+    def _specialise_traced(
+        self, key: tuple, args: Sequence[Any], traced: Tape | None
+    ) -> Specialisation:
+        """``_specialise``, with the array-level tape ``traced`` where there is one."""
+        if traced is None:
+            return self._specialise(key, args)
+        return self._specialise(key, args, traced)
+
+    def _specialise(
+        self, key: tuple, args: Sequence[Any], traced: Tape | None = None
+    ) -> Specialisation:
+        """Trace ``fun`` at ``args`` (or take ``traced``, its array-level tape) and
+        compile; the specialisation is kept first for ``key``."""
         clock = time.perf_counter()
-        with gc_paused():  # tracing builds a large acyclic graph
-            tape = self._trace(args)
-        self._stages = {"trace": time.perf_counter() - clock}
+        if traced is None:
+            with gc_paused():  # tracing builds a large acyclic graph
+                tape = self._trace(args)
+            self._stages = {"trace": time.perf_counter() - clock}
+        else:
+            tape = traced
         self._count_trace()
         if tape.tree is not None:  # jit of a function returning several numbers
             params = self._params(self._names(len(args)), key)
@@ -288,22 +317,23 @@ class CompileMixin:
         code, counted too). With ``restore``, code folded into loops is also kept
         on disk (``jit.write_record``): a later process that traces the same tape
         skips every pass after tracing (``restore(record)``)."""
-        from ..backend.jit import (
-            FOLD_MIN_SLOTS,
-            STRAIGHT_LINE_LIMIT,
-            code_version,
-            read_record,
-            shared_code,
-            write_record,
-        )
+        from ..backend.shared import shared_code
 
         clock = time.perf_counter()
-        settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
+        if isinstance(tape, ArrayTape):  # NumPy code: no Numba, no settings, not on disk
+            settings: tuple = ("arrays",)
+            restore = None
+        else:
+            from ..backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, code_version
+
+            settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
         digest, ops = tape.digest(repr((context, settings)))
         on_disk = restore is not None and all(id(op) in _BUILTIN_OPS for op in ops)
 
         def made() -> Any:
             if on_disk:
+                from ..backend.jit import read_record, write_record
+
                 record = read_record(digest)
                 if record is not None:
                     try:

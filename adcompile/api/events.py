@@ -39,6 +39,8 @@ def summary(facts: CodeFacts) -> str:
         return "one program for every batch length, " + what if facts.generic else what
     if facts.how:
         return facts.how
+    if facts.kind == "arrays":
+        return f"array code: {facts.operations} NumPy calls on whole arrays"
     if facts.kind == "straight-line":
         return "Straight-line code"
     return f"{facts.slots} slots, run on the compiled tape interpreter"

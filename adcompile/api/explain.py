@@ -44,6 +44,8 @@ def explain(fn: Any) -> str:
         lines.append(f"   made: {e.produced}{disk}")
         stages = ", ".join(f"{stage} {sec:.3f} s" for stage, sec in e.stages.items())
         lines.append(f"   took: {e.seconds:.3f} s" + (f" ({stages})" if stages else ""))
+    if events and fn.array_refused is not None:
+        lines.append(f"traced element by element, not at array level: {fn.array_refused}")
     cached = fn.specialisations
     if cached:
         lines.append("specialisations cached (by argument shapes):")

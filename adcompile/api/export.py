@@ -86,6 +86,7 @@ def export(
     if target not in TARGETS:
         raise ValueError(f"target={target!r}: choose one of {', '.join(map(repr, TARGETS))}")
     t = _transform(f, transform, argnums)
+    t.array_level = False  # (exported code is printed from the element-wise tape)
     spec, key = t.spec_for(example_args)
     names = t.arg_names(len(key))
     params = t.params_for(key)

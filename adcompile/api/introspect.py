@@ -151,6 +151,8 @@ class IntrospectMixin:
                 "to use .numba()"
             )
         spec, key = self.spec_for(example_args)
+        if spec.compiled.facts.kind == "arrays":  # NumPy code has no Numba function:
+            spec = self.traced_spec(*example_args)  # the same traced element by element
         return self.numba_of(spec, key)
 
     def traced_spec(self, *args: Any) -> Specialisation:

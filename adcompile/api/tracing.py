@@ -3,6 +3,7 @@
 - :func:`function_name`, :func:`flatten_args` (a call's floats and structure key;
   ``TracedArgs`` when an argument holds Values);
 - :func:`trace_call`: ``f`` run once on tracing Values, its tape;
+- :func:`trace_array_call`: ``f`` run once on tracing arrays, its array tape;
 - :func:`data_point`, :func:`replay`, :func:`values_like`: a transform called on
   Values (inside another trace) records by replaying its tape on them.
 
@@ -17,10 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.array_ops import reshape
+from ..ir.arrays import ArrayTape
 from ..ir.outputs import OutLayout, assemble, flatten_output
 from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
+from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
 from ..trace.mode import tracing
 from ..trace.tapes import build_tape, graph_roots
 from ..trace.traced import traced_float
@@ -240,6 +244,41 @@ def trace_call(
     )
     tape.tree = tree
     return tape
+
+
+def trace_array_call(
+    f: Callable, args: Sequence[Any], names: Sequence[str], generators: Sequence[tuple] = ()
+) -> ArrayTape:
+    """``f`` traced at array level (``trace.arrays``): one node per NumPy call on its
+    arguments, whatever their sizes. Raises ``NotArrayLevel`` (or the error ``f``
+    raised) where ``f`` does what that level does not take; the caller then traces
+    it with :func:`trace_call`. The same draws from random generators are refused."""
+    from ..trace import numpy_api  # noqa: F401  (NumPy's functions' rules)
+
+    fname = function_name(f)
+    rec = ArrayTrace()
+    traced = []
+    for a in args:
+        if isinstance(a, Value) or isinstance(a, np.ndarray) and a.dtype == object:
+            raise NotArrayLevel("an argument holds Values")
+        if isinstance(a, (numbers.Integral, np.integer)):  # (a count, an index: not data)
+            raise NotArrayLevel("an integer argument")
+        traced.append(rec.input(np.shape(a)))
+    draws = randomness.Watch(generators)
+    with tracing():
+        out = f(*traced)
+    draws.check(fname, captures.code_names(f))
+    if isinstance(out, (np.ndarray, np.generic)) and out.size == 1 or _is_number(out):
+        out = rec.const(float(np.asarray(out).reshape(())))
+    if not isinstance(out, ArrayValue) or out.size != 1 or out.dtype != np.float64:
+        raise NotArrayLevel(f"{fname}() returned {type(out).__name__}, not one number")
+    if out.shape:
+        out = rec.record(reshape(()), [out])
+    return rec.tape([out], list(names))
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def _output_leaf(x: Any) -> Value:

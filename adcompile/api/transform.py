@@ -97,6 +97,10 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         self._last: Specialisation | None = None
         self._name = function_name(fun)
         self.debug_nans = debug_nans
+        # trace array arguments at array level (one node per NumPy call) where fun
+        # allows; False: always element by element, as Values
+        self.array_level = not debug_nans
+        self.array_refused: str | None = None  # why fun is not traced at array level
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         self._lock = threading.Lock()
         self._heating: threading.Thread | None = None  # a direct entry being compiled
@@ -405,6 +409,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
             fun, self.argnums, self.mode, self.debug_nans, self.leaves, self._static
         )
         like.background_entries = self.background_entries
+        like.array_level = self.array_level
         return like
 
     def _call_traced(self, args: Sequence[Any]) -> Any:

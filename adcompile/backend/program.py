@@ -148,6 +148,10 @@ class ProgramVisitor(Protocol[T]):
     def interpreter(self, program: CompiledProgram, opcodes: OpcodeProgram) -> T:
         """The tape interpreter running the opcode program ``opcodes``."""
 
+    def arrays(self, program: CompiledProgram, tape: Any) -> T:
+        """NumPy code on whole arrays, printed from the array tape ``tape``
+        (``ir.arrays.ArrayTape``; ``program.source`` is its Python)."""
+
     def basis(self, program: CompiledProgram, one: CompiledProgram, m: int, dest: Any) -> T:
         """A loop over ``m`` basis vectors ``e`` around ``one`` (whose last argument is
         ``e``); entry ``i`` of the result for ``e_j`` goes to ``out[dest[j, i]]``."""

@@ -101,6 +101,8 @@ class DistributedValueAndGrad:
         if chunks is not None and (not isinstance(chunks, int) or chunks < 1):
             raise ValueError(f"chunks={chunks!r}: give a number of chunks >= 1, or None")
         self.local = api.value_and_grad(loss, argnums)  # traces on the client, to ship
+        # batch-generic code is what ships as source; array code does not, yet
+        self.local.array_level = False
         self.fun, self.argnums, self.reduction = loss, argnums, reduction
         self.client, self.chunks = client, chunks
         self._many = isinstance(argnums, (tuple, list))

@@ -241,7 +241,7 @@ class CodeFacts:
     (``CompiledProgram.facts``: ``api.summary`` words them, ``entries.hot_ready``
     reads ``statements`` and ``slots``)."""
 
-    kind: str  # "straight-line", "folded" or "interpreter"
+    kind: str  # "straight-line", "folded", "interpreter" or "arrays" (NumPy code)
     operations: int  # primitive operations of the tape it was made from (for code
     # differentiated as loops: of the primal tape, before differentiating)
     statements: int  # primitive statements the source prints (loop bodies once)

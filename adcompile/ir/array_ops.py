@@ -1,0 +1,522 @@
+"""The array ops: comparisons, ``where``, reductions, products, indexing, reshapes.
+
+Each factory here makes one :class:`~adcompile.ir.arrays.ArrayOp` per parameter
+set (an axis, an index, a shape), which states its shape rule, its NumPy
+evaluation, its code template and its vector-Jacobian rules. The rules are
+written with these same ops (and the scalar ops of ``ops``), so they evaluate
+arrays and record on tracing arrays alike: the adjoint of an array program is
+an array program. ``RUNTIME`` holds the few functions generated array code
+calls besides NumPy's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .arrays import CACHE, ArrayOp, Shape, broadcast, shape_of
+from .ops import OPS
+
+# ---------------------------------------------------------------- helpers on arrays
+# Written with the ops below, so each evaluates arrays and records on tracers.
+
+
+def unbroadcast(g: Any, shape: Shape) -> Any:
+    """``g`` summed back to ``shape``, of which it is a broadcast (the adjoint of
+    broadcasting)."""
+    gs = shape_of(g)
+    if gs == tuple(shape):
+        return g
+    lead = len(gs) - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + k for k, n in enumerate(shape) if n == 1 and gs[lead + k] != 1
+    )
+    if axes:
+        g = reduce("sum", axes, False)(g)
+    return g if shape_of(g) == tuple(shape) else reshape(tuple(shape))(g)
+
+
+def expand_to(g: Any, shape: Shape, axes: tuple[int, ...] | None, keepdims: bool) -> Any:
+    """The adjoint of reducing an array of ``shape`` over ``axes``: ``g`` put back
+    in every reduced position."""
+    if not keepdims:
+        g = reshape(_kept(shape, axes))(g)
+    return broadcast_to(tuple(shape))(g)
+
+
+def _kept(shape: Shape, axes: tuple[int, ...] | None) -> Shape:
+    return tuple(1 if axes is None or k in axes else n for k, n in enumerate(shape))
+
+
+# ---------------------------------------------------------------- comparisons, where
+
+
+COMPARE = {
+    "less": "<",
+    "less_equal": "<=",
+    "greater": ">",
+    "greater_equal": ">=",
+    "equal": "==",
+    "not_equal": "!=",
+    "logical_and": None,
+    "logical_or": None,
+    "logical_xor": None,
+    "logical_not": None,
+    "isnan": None,
+    "isinf": None,
+    "isfinite": None,
+    "signbit": None,
+}
+
+
+def boolean(name: str) -> ArrayOp:
+    """An element-wise comparison or logical op (``less``, ``isnan`` ...): a boolean
+    array, data that takes no gradient."""
+
+    def make() -> ArrayOp:
+        uf = getattr(np, name)
+        symbol = COMPARE[name]
+        code = (
+            f"({{0}} {symbol} {{1}})"
+            if symbol
+            else f"np.{name}({', '.join(f'{{{k}}}' for k in range(uf.nin))})"
+        )
+        return ArrayOp(name, uf.nin, uf, code, (None,) * uf.nin, broadcast, boolean=True)
+
+    if name not in COMPARE:
+        raise KeyError(name)
+    return CACHE.get(("bool", name), make)
+
+
+def _where_vjp(k: int) -> Callable:
+    def rule(g: Any, out: Any, c: Any, a: Any, b: Any) -> Any:
+        picked = where()(c, g, 0.0) if k == 1 else where()(c, 0.0, g)
+        return unbroadcast(picked, shape_of(a if k == 1 else b))
+
+    return rule
+
+
+def where() -> ArrayOp:
+    """``np.where(c, a, b)``: a select, with ``c`` data."""
+    return CACHE.get(
+        ("where",),
+        lambda: ArrayOp(
+            "where",
+            3,
+            np.where,
+            "np.where({0}, {1}, {2})",
+            (None, _where_vjp(1), _where_vjp(2)),
+            broadcast,
+        ),
+    )
+
+
+# ---------------------------------------------------------------- reductions
+
+
+def normal_axes(axis: Any, ndim: int) -> tuple[int, ...] | None:
+    """``axis`` (None, an int or a tuple of them, negatives counted from the end) as
+    a sorted tuple of axes, or None for all."""
+    if axis is None:
+        return None
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out = []
+    for a in axes:
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(
+                f"axis {a} is out of bounds for array of dimension {ndim}"
+            )
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError("duplicate value in 'axis'")
+    return tuple(sorted(out))
+
+
+def _reduced(axes: tuple[int, ...] | None, keepdims: bool) -> Callable[[Shape], Shape]:
+    def rule(shape: Shape) -> Shape:
+        if keepdims:
+            return _kept(shape, axes)
+        return tuple(n for k, n in enumerate(shape) if axes is not None and k not in axes)
+
+    return rule
+
+
+def _reduce_vjp(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> Callable:
+    def rule(g: Any, out: Any, x: Any) -> Any:
+        shape = shape_of(x)
+        if kind == "sum":
+            return expand_to(g, shape, axes, keepdims)
+        if kind == "prod":
+            return mul_(expand_to(g, shape, axes, keepdims), others(axes)(x))
+        # max, min: the gradient goes to the extreme elements, shared equally by ties
+        hit = boolean("equal")(x, expand_to(out, shape, axes, keepdims))
+        ties = reduce("sum", axes, True)(hit)
+        return div_(mul_(expand_to(g, shape, axes, keepdims), hit), broadcast_to(shape)(ties))
+
+    return rule
+
+
+def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
+    """``np.sum`` / ``np.prod`` / ``np.max`` / ``np.min`` over ``axes`` (sorted, or
+    None for all)."""
+
+    def make() -> ArrayOp:
+        fn = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}[kind]
+        ax = None if axes is None else (axes[0] if len(axes) == 1 else axes)
+        extra = (f", axis={ax!r}" if ax is not None else "") + (
+            ", keepdims=True" if keepdims else ""
+        )
+
+        def ev(x: Any) -> Any:
+            return fn(x, axis=ax, keepdims=keepdims)
+
+        return ArrayOp(
+            f"{kind}[{ax!r},{keepdims}]",
+            1,
+            ev,
+            f"np.{kind}({{0}}{extra})",
+            (_reduce_vjp(kind, axes, keepdims),),
+            _reduced(axes, keepdims),
+        )
+
+    return CACHE.get(("reduce", kind, axes, keepdims), make)
+
+
+def _others_eval(axes: tuple[int, ...] | None) -> Callable:
+    def ev(x: np.ndarray) -> np.ndarray:
+        # the product of every other element along the reduced axes, without dividing
+        # (exact where x holds zeros): exclusive products from the left and the right
+        flat = _to_last(np.asarray(x, dtype=float), axes)
+        left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
+        rev = flat[..., ::-1]
+        right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
+        return _from_last(left * right[..., ::-1], np.shape(x), axes)
+
+    return ev
+
+
+def _to_last(x: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
+    """``x`` with the ``axes`` moved last and joined into one."""
+    axes = tuple(range(x.ndim)) if axes is None else axes
+    rest = [k for k in range(x.ndim) if k not in axes]
+    moved = np.transpose(x, rest + list(axes))
+    return moved.reshape(moved.shape[: len(rest)] + (-1,))
+
+
+def _from_last(y: np.ndarray, shape: Shape, axes: tuple[int, ...] | None) -> np.ndarray:
+    axes = tuple(range(len(shape))) if axes is None else axes
+    rest = [k for k in range(len(shape)) if k not in axes]
+    order = rest + list(axes)
+    y = y.reshape(tuple(shape[k] for k in order))
+    return np.transpose(y, np.argsort(order))
+
+
+def _no_second(name: str) -> Callable:
+    def rule(g: Any, out: Any, *args: Any) -> Any:
+        raise NotImplementedError(f"adcompile: no second derivative of {name} on arrays yet")
+
+    return rule
+
+
+def others(axes: tuple[int, ...] | None) -> ArrayOp:
+    """The product of the other elements along ``axes``, each in its place (``prod``'s
+    derivative)."""
+    return CACHE.get(
+        ("others", axes),
+        lambda: ArrayOp(
+            f"prod_of_others[{axes!r}]",
+            1,
+            _others_eval(axes),
+            f"prod_of_others({{0}}, {axes!r})",
+            (_no_second("prod"),),
+            lambda s: s,
+        ),
+    )
+
+
+# ---------------------------------------------------------------- shapes
+
+
+def reshape(shape: Shape) -> ArrayOp:
+    shape = tuple(int(n) for n in shape)
+    return CACHE.get(
+        ("reshape", shape),
+        lambda: ArrayOp(
+            f"reshape[{shape}]",
+            1,
+            lambda x: np.reshape(x, shape),
+            f"np.reshape({{0}}, {shape!r})",
+            (lambda g, out, x: reshape(shape_of(x))(g),),
+            lambda s: shape,
+            keeps_shape=True,
+        ),
+    )
+
+
+def transpose(axes: tuple[int, ...]) -> ArrayOp:
+    axes = tuple(int(a) for a in axes)
+    back = tuple(int(a) for a in np.argsort(axes))
+    return CACHE.get(
+        ("transpose", axes),
+        lambda: ArrayOp(
+            f"transpose[{axes}]",
+            1,
+            lambda x: np.transpose(x, axes),
+            f"np.transpose({{0}}, {axes!r})",
+            (lambda g, out, x: transpose(back)(g),),
+            lambda s: tuple(s[a] for a in axes),
+        ),
+    )
+
+
+def broadcast_to(shape: Shape) -> ArrayOp:
+    shape = tuple(int(n) for n in shape)
+    return CACHE.get(
+        ("broadcast_to", shape),
+        lambda: ArrayOp(
+            f"broadcast_to[{shape}]",
+            1,
+            lambda x: np.broadcast_to(x, shape),
+            f"np.broadcast_to({{0}}, {shape!r})",
+            (lambda g, out, x: unbroadcast(g, shape_of(x)),),
+            lambda s: _fits(s, shape) and shape,
+            keeps_shape=True,
+        ),
+    )
+
+
+def concatenate(axis: int, n: int) -> ArrayOp:
+    """``np.concatenate`` of ``n`` arrays along ``axis`` (non-negative)."""
+
+    def part(k: int) -> Callable:
+        def rule(g: Any, out: Any, *xs: Any) -> Any:
+            start = sum(shape_of(x)[axis] for x in xs[:k])
+            stop = start + shape_of(xs[k])[axis]
+            return getitem((slice(None),) * axis + (slice(start, stop),))(g)
+
+        return rule
+
+    def shape(*shapes: Shape) -> Shape:
+        first = shapes[0]
+        for s in shapes:
+            if len(s) != len(first) or any(
+                a != b for j, (a, b) in enumerate(zip(s, first)) if j != axis
+            ):
+                raise ValueError(
+                    "all the input array dimensions except for the concatenation axis "
+                    f"must match exactly, but shapes are {', '.join(map(str, shapes))}"
+                )
+        return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :]
+
+    operands = ", ".join(f"{{{k}}}" for k in range(n))
+    return CACHE.get(
+        ("concatenate", axis, n),
+        lambda: ArrayOp(
+            f"concatenate[{axis},{n}]",
+            n,
+            lambda *xs: np.concatenate(xs, axis=axis),
+            f"np.concatenate(({operands},), axis={axis})",
+            tuple(part(k) for k in range(n)),
+            shape,
+        ),
+    )
+
+
+def cumsum(axis: int) -> ArrayOp:
+    def rule(g: Any, out: Any, x: Any) -> Any:
+        flip = getitem((slice(None),) * axis + (slice(None, None, -1),))
+        return flip(cumsum(axis)(flip(g)))
+
+    return CACHE.get(
+        ("cumsum", axis),
+        lambda: ArrayOp(
+            f"cumsum[{axis}]",
+            1,
+            lambda x: np.cumsum(x, axis=axis),
+            f"np.cumsum({{0}}, axis={axis})",
+            (rule,),
+            lambda s: s,
+        ),
+    )
+
+
+# ---------------------------------------------------------------- indexing
+
+
+def _index_key(index: tuple) -> tuple:
+    """A hashable, exact form of a normalised index (arrays by their bytes)."""
+    key = []
+    for item in index:
+        if isinstance(item, np.ndarray):
+            key.append(("a", item.dtype.str, item.shape, hashlib.sha1(item.tobytes()).hexdigest()))
+        elif isinstance(item, slice):
+            key.append(("s", item.start, item.stop, item.step))
+        else:
+            key.append(item)
+    return tuple(key)
+
+
+def index_text(index: tuple, names: dict[int, str]) -> str:
+    """An index as Python writes it (``1:, None, k3``); arrays by their names."""
+    parts = []
+    for k, item in enumerate(index):
+        if isinstance(item, slice):
+            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop))
+            parts.append(text + ("" if item.step is None else f":{item.step}"))
+        elif item is None:
+            parts.append("None")
+        elif item is Ellipsis:
+            parts.append("...")
+        elif isinstance(item, np.ndarray):
+            parts.append(names[k])
+        else:
+            parts.append(str(item))
+    return ", ".join(parts) if len(parts) != 1 else parts[0] + ","
+
+
+def _index_op(kind: str, index: tuple, extra: Any, make: Callable[..., ArrayOp]) -> ArrayOp:
+    key = _index_key(index)
+    names = {
+        k: f"i{hashlib.sha1(repr(key[k]).encode()).hexdigest()[:6]}"
+        for k, item in enumerate(index)
+        if isinstance(item, np.ndarray)
+    }
+    text = index_text(index, names)
+    constants = {names[k]: index[k] for k in names}
+    return CACHE.get((kind, key, extra), lambda: make(text, constants))
+
+
+def getitem(index: tuple) -> ArrayOp:
+    """``x[index]``: ``index`` a tuple of ints, slices, None, Ellipsis and constant
+    integer or boolean arrays."""
+
+    def make(text: str, constants: dict) -> ArrayOp:
+        return ArrayOp(
+            f"getitem[{text}]",
+            1,
+            lambda x: np.asarray(x)[index],
+            f"{{0}}[{text}]",
+            (lambda g, out, x: scatter_add(index, shape_of(x))(g),),
+            lambda s: _indexed_shape(s, index),
+            constants=constants,
+        )
+
+    return _index_op("getitem", index, None, make)
+
+
+def _indexed_shape(shape: Shape, index: tuple) -> Shape:
+    """The shape of ``x[index]`` for ``x`` of ``shape`` (NumPy's rule, on a view of no
+    memory; IndexError as NumPy's)."""
+    return np.broadcast_to(np.bool_(False), shape)[index].shape
+
+
+def _fits(small: Shape, shape: Shape) -> bool:
+    """Whether ``small`` broadcasts to ``shape`` (ValueError naming both if not)."""
+    if broadcast(small, shape) != tuple(shape):
+        raise ValueError(f"could not broadcast input array from shape {small} into shape {shape}")
+    return True
+
+
+def _basic(index: tuple) -> bool:
+    return not any(isinstance(item, np.ndarray) for item in index)
+
+
+def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
+    """An array of ``shape``, zero but where ``x[index]`` is: there it adds ``g``
+    (``getitem``'s adjoint; repeated indices add up)."""
+    shape = tuple(shape)
+
+    def ev(g: Any) -> np.ndarray:
+        z = np.zeros(shape)
+        if _basic(index):
+            z[index] = g
+        else:
+            np.add.at(z, index, g)
+        return z
+
+    def make(text: str, constants: dict) -> ArrayOp:
+        return ArrayOp(
+            f"scatter_add[{shape}][{text}]",
+            1,
+            ev,
+            f"scatter_add({{0}}, {shape!r}, np.s_[{text}])",
+            (lambda g, out, x: getitem(index)(g),),
+            lambda s: shape,
+            constants=constants,
+        )
+
+    return _index_op("scatter_add", index, shape, make)
+
+
+def setitem(index: tuple) -> ArrayOp:
+    """``x`` with ``x[index] = v`` (a functional update: a new array)."""
+
+    def ev(x: Any, v: Any) -> np.ndarray:
+        y = np.array(x, dtype=float)
+        y[index] = v
+        return y
+
+    def make(text: str, constants: dict) -> ArrayOp:
+        return ArrayOp(
+            f"setitem[{text}]",
+            2,
+            ev,
+            f"updated({{0}}, np.s_[{text}], {{1}})",
+            (
+                lambda g, out, x, v: setitem(index)(g, 0.0),
+                lambda g, out, x, v: unbroadcast(getitem(index)(g), shape_of(v)),
+            ),
+            lambda sx, sv: _fits(sv, _indexed_shape(sx, index)) and sx,
+            constants=constants,
+        )
+
+    return _index_op("setitem", index, None, make)
+
+
+# ---------------------------------------------------------------- the generic ops
+
+
+def mul_(a: Any, b: Any) -> Any:
+    return OPS["mul"](a, b)
+
+
+def div_(a: Any, b: Any) -> Any:
+    return OPS["div"](a, b)
+
+
+#: Functions generated array code calls besides NumPy's.
+RUNTIME: dict[str, Callable] = {}
+
+
+def _runtime(fn: Callable) -> Callable:
+    RUNTIME[fn.__name__] = fn
+    return fn
+
+
+@_runtime
+def scatter_add_(g: Any, shape: Shape, index: tuple) -> np.ndarray:
+    """An array of ``shape``, zero but for ``g`` added at ``index``."""
+    return scatter_add(index, shape).eval(g)
+
+
+@_runtime
+def updated(x: Any, index: tuple, v: Any) -> np.ndarray:
+    """``x`` with ``x[index] = v``, as a new array."""
+    y = np.array(x, dtype=float)
+    y[index] = v
+    return y
+
+
+@_runtime
+def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
+    """Each element's product of the others along ``axes``."""
+    return others(axes).eval(x)
+
+
+RUNTIME["scatter_add"] = RUNTIME.pop("scatter_add_")
+
+

@@ -1,0 +1,124 @@
+"""Array products: ``matmul`` (``@``, BLAS for float arrays) and two-operand ``einsum``.
+
+Each is an :class:`~adcompile.ir.arrays.ArrayOp` like those of ``array_ops``,
+its vector-Jacobian rules written with array ops (a product's adjoint is a
+product with the other operand, transposed), so they record on tracing arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .array_ops import reshape, transpose, unbroadcast
+from .arrays import CACHE, ArrayOp, Shape, broadcast, shape_of
+
+# ---------------------------------------------------------------- products
+
+
+def _matmul_shape(a: Shape, b: Shape) -> Shape:
+    if not a or not b:
+        raise ValueError("matmul: an operand is a scalar; use * instead")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise ValueError(
+            f"matmul: Input operand 1 has a mismatch in its core dimension 0 "
+            f"(size {b2[-2]} is different from {a2[-1]}), shapes {a} and {b}"
+        )
+    out = broadcast(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _swap(x: Any) -> Any:
+    n = len(shape_of(x))
+    return transpose(tuple(range(n - 2)) + (n - 1, n - 2))(x)
+
+
+def _matmul_vjp(k: int) -> Callable:
+    def rule(g: Any, out: Any, a: Any, b: Any) -> Any:
+        sa, sb = shape_of(a), shape_of(b)
+        a2 = reshape((1,) + sa)(a) if len(sa) == 1 else a
+        b2 = reshape(sb + (1,))(b) if len(sb) == 1 else b
+        g2 = reshape(_matmul_shape(shape_of(a2), shape_of(b2)))(g)
+        if k == 0:
+            d = matmul()(g2, _swap(b2))
+            return reshape(sa)(unbroadcast(d, shape_of(a2)))
+        d = matmul()(_swap(a2), g2)
+        return reshape(sb)(unbroadcast(d, shape_of(b2)))
+
+    return rule
+
+
+def matmul() -> ArrayOp:
+    """``a @ b`` (``np.matmul``: BLAS for float arrays)."""
+    return CACHE.get(
+        ("matmul",),
+        lambda: ArrayOp(
+            "matmul",
+            2,
+            np.matmul,
+            "({0} @ {1})",
+            (_matmul_vjp(0), _matmul_vjp(1)),
+            _matmul_shape,
+        ),
+    )
+
+
+def einsum_ok(spec: str) -> bool:
+    """Whether :func:`einsum` takes ``spec``: two operands, an explicit output, no
+    letter twice in one operand, every operand's letters in the output or the
+    other operand (so each operand's adjoint is an einsum too)."""
+    if "->" not in spec or "." in spec:
+        return False
+    ins, out = spec.replace(" ", "").split("->")
+    parts = ins.split(",")
+    if len(parts) != 2 or len(set(out)) != len(out):
+        return False
+    a, b = parts
+    return (
+        len(set(a)) == len(a)
+        and len(set(b)) == len(b)
+        and set(a) <= set(out) | set(b)
+        and set(b) <= set(out) | set(a)
+        and set(out) <= set(a) | set(b)
+    )
+
+
+def einsum(spec: str) -> ArrayOp:
+    """``np.einsum(spec, a, b)`` for a spec :func:`einsum_ok` takes."""
+    spec = spec.replace(" ", "")
+    (a, b), out = spec.split("->")[0].split(","), spec.split("->")[1]
+
+    def shape(sa: Shape, sb: Shape) -> Shape:
+        size: dict[str, int] = {}
+        for letters, s in ((a, sa), (b, sb)):
+            if len(letters) != len(s):
+                raise ValueError(f"einsum {spec!r}: operand of shape {s} for {letters!r}")
+            for c, n in zip(letters, s):
+                if size.setdefault(c, n) != n:
+                    raise ValueError(f"einsum {spec!r}: {c!r} is {size[c]} and {n}")
+        return tuple(size[c] for c in out)
+
+    return CACHE.get(
+        ("einsum", spec),
+        lambda: ArrayOp(
+            f"einsum[{spec}]",
+            2,
+            lambda x, y: np.einsum(spec, x, y),
+            f"np.einsum({spec!r}, {{0}}, {{1}})",
+            (
+                lambda g, o, x, y: einsum(f"{out},{b}->{a}")(g, y),
+                lambda g, o, x, y: einsum(f"{a},{out}->{b}")(x, g),
+            ),
+            shape,
+        ),
+    )
+
+
