@@ -8,7 +8,9 @@ entries and direct entries included) and then ``f`` itself:
 - ``grad`` / ``value_and_grad``: ``f`` on ``ad.Value`` leaves made from the
   arguments (numbers become Values, arrays and lists object arrays of Values,
   as tracing makes them; numbers and arrays passed by keyword too), then
-  ``.backward()`` and the leaves' ``.grad``;
+  ``.backward()`` and the leaves' ``.grad``; where NumPy refuses arrays of
+  Values (``np.var``: code traced at array level), ``f`` on floats, and each
+  gradient along a random direction against central differences;
 - ``jit``: ``f`` on the arguments as floats (numbers as ``float``, arrays and
   lists as float64 arrays); where ``f`` cannot run on floats (it calls Value
   methods such as ``x.tanh()``), on Values as for a gradient.
@@ -335,7 +337,12 @@ def _compare(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> None
         if mode == "jit":
             eager, how = _eager_value(inner, args, kwargs)
         else:
-            eager = _eager_grad(inner, args, kwargs)
+            try:
+                eager = _eager_grad(inner, args, kwargs)
+            except (TypeError, AttributeError) as on_values:  # (np.var of Values)
+                if _by_differences(inner, args, kwargs, result):
+                    return
+                raise on_values from None
     except Exception as e:
         raise CheckError(
             f"check mode: {mode} of {name}() answered, but {name}() run eagerly {how} "
@@ -370,6 +377,55 @@ def _compare(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> None
         c,
         e,
     )
+
+
+#: Step and relative tolerance of the central differences :func:`_by_differences` takes.
+DIFF_STEP, DIFF_RTOL = 1e-7, 1e-4
+
+
+def _by_differences(inner: Transformed, args: tuple, kwargs: dict, result: Any) -> bool:
+    """Where ``f`` runs on float arrays but not on arrays of Values (``np.var``,
+    ``np.linalg.norm``: code traced at array level): ``f``'s value on floats, and
+    each gradient along one random direction against central differences of ``f``
+    (relative tolerance ``DIFF_RTOL``). False where ``f`` does not run on floats
+    either; raises CheckError where they disagree."""
+    floats = [_as_floats(a) for a in args]
+    kw = {k: _as_floats(v) if _dynamic(v) else v for k, v in kwargs.items()}
+
+    def f(k: int, x: Any) -> float:
+        at = [x if j == k else a for j, a in enumerate(floats)]
+        return _number(_scalar(_quiet(lambda: inner.fun(*at, **kw))))
+
+    try:
+        value = f(-1, None)
+    except Exception:
+        return False
+    wrt = argnum_positions(inner.argnums, len(args), inner.fun_name)
+    many = isinstance(inner.argnums, (tuple, list))
+    grads = result if inner.mode == "grad" else result[1]
+    name = getattr(inner.fun, "__name__", inner.fun_name)
+    rng = np.random.default_rng(0)
+    checks = [] if inner.mode == "grad" else [("value", result[0], value)]
+    for k, g in zip(wrt, grads if many else (grads,)):
+        x = np.asarray(floats[k], dtype=np.float64)
+        d = rng.normal(size=x.shape)
+        h = DIFF_STEP * max(1.0, float(np.max(np.abs(x), initial=0.0)))
+        fd = (f(k, x + h * d) - f(k, x - h * d)) / (2 * h)
+        checks.append((f"gradient {k} along a random direction", float(np.sum(g * d)), fd))
+    for what, c, e in checks:
+        tol = DIFF_RTOL if what != "value" else RTOL
+        if not (_close(c, e) or abs(c - e) <= tol * max(abs(c), abs(e)) + ATOL):
+            raise CheckError(
+                f"check mode: {inner.mode} of {name}() disagrees with {name}() run on "
+                f"floats (it does not run on Values): {what}: compiled {c!r}, eager {e!r} "
+                f"(central differences, step {DIFF_STEP:g})\n  call: "
+                f"{_call_text(inner, args, kwargs)}\n  compiled: {inner.answered(kwargs)}",
+                name,
+                what,
+                c,
+                e,
+            )
+    return True
 
 
 def _short(x: Any) -> str:
