@@ -12,13 +12,13 @@ Two kinds of op appear in it:
   ``ufuncs`` aliases (``np.subtract`` for ``sub``), else ``np.vectorize`` of its
   own ``eval`` (``sigmoid``), which is what the op does to a float array outside
   a trace; its vector-Jacobian rule is the scalar rule, applied to whole
-  arrays, then summed back to the operand's shape (:func:`unbroadcast`);
-- the array ops of this module (:class:`ArrayOp`): comparisons, ``where``,
-  reductions, ``matmul``, indexing, reshapes, concatenation, ``cumsum``,
-  ``einsum``. Each states here its shape rule, its NumPy evaluation, its code
-  template and its vector-Jacobian rules, which are written with the array
-  ops themselves (so they evaluate arrays, and record on tracing arrays: the
-  adjoint of an array program is an array program).
+  arrays, then summed back to the operand's shape (``array_ops.unbroadcast``);
+- array ops (:class:`ArrayOp`, made in ``array_ops`` and ``array_products``):
+  comparisons, ``where``, reductions, ``matmul``, indexing, reshapes,
+  concatenation, ``cumsum``, ``einsum``. Each states its shape rule, its NumPy
+  evaluation, its code template and its vector-Jacobian rules, which are
+  written with the array ops themselves (so they evaluate arrays, and record on
+  tracing arrays: the adjoint of an array program is an array program).
 
 Ops with parameters (an axis, an index, a shape) are made by factories and kept
 one per parameter set; the parameters are part of the op's name, so two tapes
@@ -29,9 +29,7 @@ with one digest compute the same thing. This module imports only ``ops`` and
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
@@ -73,9 +71,11 @@ class ArrayOp(Op):
         return apply(self, *args)  # (a tracing operand records it)
 
 
-@dataclass
-class _Cache:
-    ops: dict[tuple, ArrayOp] = field(default_factory=dict)
+class OpCache:
+    """Array ops by their parameters: one op per parameter set, made on first use."""
+
+    def __init__(self) -> None:
+        self.ops: dict[tuple, ArrayOp] = {}
 
     def get(self, key: tuple, make: Callable[[], ArrayOp]) -> ArrayOp:
         op = self.ops.get(key)
@@ -84,7 +84,7 @@ class _Cache:
         return op
 
 
-CACHE = _Cache()
+CACHE = OpCache()
 
 
 # ---------------------------------------------------------------- element-wise ops
@@ -217,10 +217,6 @@ def sweep(tape: Tape, inputs: Sequence[Any]) -> list[Any]:
         elif node.op != INPUT:
             vals[i] = evaluate_node(node.op, [vals[a] for a in node.args])
     return vals
-
-
-def n_elements(shapes: Sequence[Shape]) -> int:
-    return sum(math.prod(s) for s in shapes)
 
 
 def index_constants(tape: Tape) -> dict[str, np.ndarray]:
