@@ -280,6 +280,8 @@ class CompileMixin:
             spec = Specialisation(tape, compiled, [], "jit", False, OutLayout.of_tree(tape.tree))
             return self._keep(key, spec)
         layout, positions = self._layout(key)
+        if isinstance(tape, ArrayTape):  # one input per argument: no element positions
+            positions = []
         params = self._params(self._names(len(args)), key)
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
         context = ("jit" if wrt is None else "vjp", params, positions, wrt)

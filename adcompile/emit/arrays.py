@@ -3,7 +3,8 @@
 ``array_source`` prints ``fname(*params, out) -> True``: each parameter arrives
 as a float or a flat float64 array (as every compiled program takes them) and
 is given its shape; each node is one NumPy statement named after its slot
-(``v7 = (v2 @ v0)``, ``v9 = np.sum(v8, axis=1)``); each output is written,
+(``v7 = (v2 @ v0)``, ``v9 = np.sum(v8, axis=1)``), and ``del`` frees each
+array after its last use (so NumPy reuses the memory); each output is written,
 flattened, into ``out`` in order. NumPy's domain rules hold as in the user's
 own NumPy code (``log(-1)`` is nan, with NumPy's warnings silenced inside). The
 names the code reads besides ``np`` (array constants, an index's arrays,
@@ -52,6 +53,15 @@ def array_source(
             return literal(node.value)
         return tape.name(i)
 
+    # each local's last reader: freed after it (NumPy's memory is reused, not kept)
+    last = {a: i for i, node in enumerate(tape.nodes) for a in node.args}
+    for o in tape.outputs:
+        last[o] = len(tape.nodes)
+    local = {i for i, n in enumerate(tape.nodes) if n.op != CONST}
+    done: dict[int, list[str]] = {}
+    for a, i in last.items():
+        if a in local:
+            done.setdefault(i, []).append(tape.name(a))
     body: list[str] = []
     for pos, i in enumerate(tape.inputs):
         p, shape = params[pos], tape.shapes[i]
@@ -67,6 +77,8 @@ def array_source(
             names[tape.name(i)] = node.value
             continue
         body.append(f"{tape.name(i)} = {_expression(op, [operand(a) for a in node.args], names)}")
+        if i in done:
+            body.append(f"del {', '.join(done[i])}")
     start = 0
     for o, size in zip(tape.outputs, out_sizes(tape)):
         if tape.shapes[o]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..ir import array_ops as A
 from ..ir.array_products import matmul
-from ..ir.arrays import ArrayOp, ArrayTape, Shape, broadcast
+from ..ir.arrays import ArrayOp, ArrayTape, Shape, broadcast, evaluate_node
 from ..ir.ops import OPERATORS, Op
 from ..ir.tape import CONST, INPUT, Node
 
@@ -64,6 +64,7 @@ class ArrayTrace:
         self.inputs: list[int] = []
         self.element_reads = 0  # single elements read (x[i]), at most MAX_ELEMENT_READS
         self._consts: dict[Any, int] = {}
+        self._seen: dict[tuple, int] = {}  # (op, operand slots) -> the node made of them
 
     def add(self, node: Node, shape: Shape, boolean: bool = False) -> int:
         self.nodes.append(node)
@@ -115,6 +116,12 @@ class ArrayTrace:
     def record(self, op: Op, args: Sequence[Any]) -> ArrayValue:
         """``op`` applied to ``args`` (ArrayValues, numbers, arrays): its node."""
         vals = [self.operand(a) for a in args]
+        key = (id(op), *(v.slot for v in vals))
+        seen = self._seen.get(key)
+        if seen is not None:  # the same op of the same operands: its node again
+            return ArrayValue(self, seen)
+        if all(self.nodes[v.slot].op == CONST for v in vals):  # constants in: one out
+            return self.const(evaluate_node(op, [self.nodes[v.slot].value for v in vals]))
         shapes = [v.shape for v in vals]
         if isinstance(op, ArrayOp):
             shape, boolean = op.shape_of(*shapes), op.boolean
@@ -125,7 +132,7 @@ class ArrayTrace:
             same = self._identity(op, vals, shape)
             if same is not None:  # a new array, of the same values
                 return ArrayValue(self, same.slot)
-        slot = self.add(Node(op, tuple(v.slot for v in vals)), shape, boolean)
+        slot = self._seen[key] = self.add(Node(op, tuple(v.slot for v in vals)), shape, boolean)
         return ArrayValue(self, slot)
 
     def _identity(self, op: Op, vals: Sequence[ArrayValue], shape: Shape) -> ArrayValue | None:
