@@ -98,11 +98,20 @@ directions = st.integers(0, 2**32 - 1).map(
 
 
 def no_kink_near(program, xs, d, h=1e-4) -> bool:
-    """Each kinked node is linear-looking on [x - h d, x + h d] (no kink, no jump)."""
-    at = [run(program, list(np.asarray(xs) + t * np.asarray(d)), apply_float) for t in (-h, 0, h)]
-    for j, (name, _) in enumerate(program):
+    """Each kinked node is linear-looking on [x - h d, x + h d] (no kink, no jump), and
+    its operands on one side of its kinks there (``Op.switch``: one sign, not 0; at
+    ``x % y`` with ``x = 0`` both sides may look alike while the derivative jumps)."""
+    points = [list(np.asarray(xs) + t * np.asarray(d)) for t in (-h, 0, h)]
+    at = [run(program, p, apply_float) for p in points]
+    for j, (name, args) in enumerate(program):
         if OPS[name].smooth:
             continue
+        signs = set()
+        for p, vals in zip(points, at):
+            ops = [p[i] if kind == "x" else (i if kind == "c" else vals[i]) for kind, i in args]
+            signs.add(np.sign(OPS[name].switch(*ops)))
+        if len(signs) > 1 or 0.0 in signs:
+            return False
         left = (at[1][j] - at[0][j]) / h
         right = (at[2][j] - at[1][j]) / h
         if not (math.isfinite(left) and math.isfinite(right)):
