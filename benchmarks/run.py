@@ -190,13 +190,15 @@ def _summary(rec: dict[str, Any]) -> str:
 #: first calls in fresh processes (issue 16), per-call overhead against the
 #: Numba kernel and the eager Value against micrograd (issue 17); Hessians,
 #: Jacobians and vmap against hand-written Numba, jax and torch.func (issue 18);
-#: data-parallel gradients and multi-start on Dask workers (issue 20).
+#: data-parallel gradients and multi-start on Dask workers (issue 20); NumPy-style
+#: losses on whole arrays against hand-written NumPy, torch and jax (issue 30).
 SIDE_BY_SIDE = {
     "first-call": "first_call",
     "call-overhead": "call_overhead",
     "eager": "eager_side_by_side",
     "transforms": "transforms",
     "distributed": "distributed",
+    "arrays": "arrays",
 }
 
 
@@ -208,8 +210,8 @@ def parse_args(
         prog,
         "python -m benchmarks.run",
         "Benchmark adcompile against its peers on the workloads of benchmarks/README.md. "
-        "'first-call', 'call-overhead', 'eager', 'transforms' and 'distributed' as the first "
-        f"argument run those benchmarks instead (see {prog} first-call --help ...).",
+        "'first-call', 'call-overhead', 'eager', 'transforms', 'distributed' and 'arrays' as "
+        f"the first argument run those benchmarks instead (see {prog} first-call --help ...).",
     )
     ap.add_argument(
         "--workload",

@@ -173,7 +173,7 @@ NO_CHECKOUT = (
 BENCH_HELP = (
     "usage: adcompile bench [PROGRAM] [OPTIONS ...]\n\n"
     "Benchmark adcompile against micrograd, torch, jax and hand-written Numba, or run one "
-    "of the programs first-call, call-overhead, eager, transforms, distributed.\n\n"
+    "of the programs first-call, call-overhead, eager, transforms, distributed, arrays.\n\n"
     "The benchmarks are not part of the installed package: they need a checkout of the "
     "adcompile repository. Clone it with git, then in it run pip install -e '.[bench]' and "
     "adcompile bench --help for the options."
