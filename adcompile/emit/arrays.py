@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.array_ops import RUNTIME
+from ..ir.array_products import matmul
 from ..ir.arrays import ArrayOp, ArrayTape, elementwise_code, index_constants, numpy_form
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
@@ -62,6 +63,13 @@ def array_source(
     for a, i in last.items():
         if a in local:
             done.setdefault(i, []).append(tape.name(a))
+    # an output made by a ufunc or a matmul is made in its place in out (no copy)
+    places: dict[int, tuple[int, int]] = {}
+    start = 0
+    for o, size in zip(tape.outputs, out_sizes(tape)):
+        places.setdefault(o, (start, start + size))
+        start += size
+    written: set[int] = set()
     body: list[str] = []
     for pos, i in enumerate(tape.inputs):
         p, shape = params[pos], tape.shapes[i]
@@ -76,12 +84,18 @@ def array_source(
         if op == CONST:
             names[tape.name(i)] = node.value
             continue
-        body.append(f"{tape.name(i)} = {_expression(op, [operand(a) for a in node.args], names)}")
+        operands = [operand(a) for a in node.args]
+        into = _written_into(op, places.pop(i, None), tape.shapes[i], operands)
+        body.append(f"{tape.name(i)} = {into or _expression(op, operands, names)}")
+        if into:
+            written.add(i)
         if i in done:
             body.append(f"del {', '.join(done[i])}")
     start = 0
     for o, size in zip(tape.outputs, out_sizes(tape)):
-        if tape.shapes[o]:
+        if o in written:
+            written.discard(o)  # (there already; a second place of it is copied)
+        elif tape.shapes[o]:
             body.append(f"out[{start}:{start + size}] = np.ravel({operand(o)})")
         else:
             body.append(f"out[{start}] = {operand(o)}")
@@ -101,6 +115,24 @@ def array_source(
     ]
     names.update(index_constants(tape))
     return "\n".join(head + ["        " + line for line in body]) + "\n", names
+
+
+def _written_into(
+    op: Op, place: tuple[int, int] | None, shape: tuple, operands: list[str]
+) -> str | None:
+    """``op`` of ``operands`` computed into ``out[place]`` (NumPy's ``out=``), where its
+    result is an output there and ``op`` is a ufunc or matmul; else None."""
+    if place is None or not shape:
+        return None
+    if isinstance(op, ArrayOp):
+        called = "np.matmul" if op is matmul() else None
+    else:
+        fn, called = numpy_form(op)
+        called = called if isinstance(fn, np.ufunc) else None
+    if called is None:
+        return None
+    a, b = place
+    return f"{called}({', '.join(operands)}, out=np.reshape(out[{a}:{b}], {shape!r}))"
 
 
 def _expression(op: Op, operands: list[str], names: dict[str, Any]) -> str:
