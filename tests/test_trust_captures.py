@@ -465,3 +465,39 @@ def test_vmap_and_jacobian_of_a_model_read_its_parameters():
         np.testing.assert_allclose(j[1], eager_grad(X[0][::-1])[::-1], rtol=1e-12)
         for p in net.parameters():
             p.data += 0.3
+
+
+def test_another_threads_draw_while_tracing_is_not_the_functions():
+    # a draw made by another thread (as a Dask scheduler's random.shuffle) moves the
+    # global generator while f is traced; the trace is checked once more, and f's
+    # own draws are still refused with other threads running
+    import random
+    import threading
+
+    drawn = threading.Event()
+    go = threading.Event()
+    stop = threading.Event()
+
+    def other():
+        go.wait()
+        random.random()  # once, while the first trace runs
+        drawn.set()
+        stop.wait()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+
+        def f(x):
+            if not drawn.is_set():
+                go.set()
+                drawn.wait(5)
+            return x * x + 1.0
+
+        v, g = ad.value_and_grad(f)(3.0)
+        assert (v, g) == (10.0, 6.0)
+        with pytest.raises(ad.RandomDrawError, match=r"random\.random"):
+            ad.grad(lambda x: x * random.random())(2.0)
+    finally:
+        stop.set()
+        thread.join()

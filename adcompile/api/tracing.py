@@ -170,6 +170,7 @@ def _scalar_output(fname: str, out: Any) -> Value:
     )
 
 
+@randomness.once_more_if_shared
 def trace_call(
     f: Callable,
     args: Sequence[Any],
@@ -246,6 +247,7 @@ def trace_call(
     return tape
 
 
+@randomness.once_more_if_shared
 def trace_array_call(
     f: Callable, args: Sequence[Any], names: Sequence[str], generators: Sequence[tuple] = ()
 ) -> ArrayTape:

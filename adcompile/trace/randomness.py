@@ -5,14 +5,18 @@ the compiled code would repeat them, where plain Python draws new ones. So a
 trace compares the state of NumPy's and Python's global generators (and of any
 generator object the function reaches from outside, found by
 ``adcompile.captures``) before and after, and raises :class:`RandomDrawError`
-naming the draw when one moved.
+naming the draw when one moved. A global generator is shared by every thread:
+where another thread ran, a move is checked by tracing once more
+(:func:`once_more_if_shared`).
 """
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -21,7 +25,32 @@ GENERATOR_TYPES = (np.random.Generator, np.random.RandomState, random.Random)
 
 
 class RandomDrawError(RuntimeError):
-    """A traced function drew random numbers, which the compiled code would freeze."""
+    """A traced function drew random numbers, which the compiled code would freeze.
+    ``shared``: the generator that moved is a global one, which every thread draws
+    from (:func:`once_more_if_shared`)."""
+
+    shared = False
+
+
+T = TypeVar("T")
+
+
+def once_more_if_shared(trace: Callable[..., T]) -> Callable[..., T]:
+    """``trace``, run once more where it found a global generator moved while other
+    threads ran: another thread's draw (a Dask scheduler's ``random.shuffle``) moves
+    the one state all threads share, and is not the function's. A draw of the
+    function's own moves it at every trace, and is refused the second time too."""
+
+    @functools.wraps(trace)
+    def traced(*args: Any, **kwargs: Any) -> T:
+        try:
+            return trace(*args, **kwargs)
+        except RandomDrawError as e:
+            if not e.shared or threading.active_count() < 2:
+                raise
+        return trace(*args, **kwargs)
+
+    return traced
 
 
 def _state(gen: Any) -> Any:
@@ -58,13 +87,15 @@ class Watch:
             if not _same(_state(gen), state):
                 calls = _draws(names, gen)
                 named = f" ({', '.join(calls)})" if calls else ""
-                raise RandomDrawError(
+                error = RandomDrawError(
                     f"{fname}() drew random numbers from {what}{named} while it was traced: "
                     "the compiled code would repeat the same numbers at every call. Draw "
                     "them outside the function and pass them in as an argument (JAX-style: "
                     "pass a key or seed, or the noise itself), or call the function without "
                     "compiling it"
                 )
+                error.shared = gen is np.random.mtrand._rand or gen is random._inst
+                raise error
 
 
 def _draws(names: frozenset[str], gen: Any) -> list[str]:
