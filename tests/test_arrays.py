@@ -281,6 +281,17 @@ def test_jit_and_grad_at_array_level():
     np.testing.assert_allclose(g, (2 * t * (1 - t**2)) @ W.T, rtol=1e-12)
 
 
+def test_astype_float32_is_refused_not_computed_in_float64():
+    # float32 rounds the values: array code in float64 would answer otherwise
+    f = lambda x: np.sum(x.astype(np.float32).astype(float) * x)  # noqa: E731
+    vg = ad.value_and_grad(f)
+    with pytest.raises(TypeError, match="float"):
+        vg(X + 1e-9)
+    assert "astype(float32)" in vg.array_refused
+    g = lambda x: np.sum(x.astype(np.float64) ** 2)  # noqa: E731
+    np.testing.assert_allclose(ad.grad(g)(X), 2 * X, rtol=1e-15)
+
+
 def test_the_recorder_refuses_concrete_uses():
     rec = ArrayTrace()
     x = rec.input((3,))

@@ -427,9 +427,8 @@ class ArrayValue:
         return ArrayValue(self.trace, self.slot)
 
     def astype(self, dtype: Any, *a: Any, **k: Any) -> ArrayValue:
-        kind = np.dtype(dtype).kind
-        if kind == "f":
-            return self if self.dtype.kind == "f" else self * 1.0
+        if np.dtype(dtype) == np.float64:  # (other dtypes round: their values differ)
+            return self.copy() if self.dtype.kind == "f" else self * 1.0
         raise NotArrayLevel(f"astype({np.dtype(dtype)}) of a traced array")
 
 
