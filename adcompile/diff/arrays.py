@@ -18,8 +18,8 @@ import numpy as np
 
 from ..ir import array_ops as A
 from ..ir.arrays import ArrayOp, ArrayTape, shape_of
-from ..ir.tape import CONST, INPUT, active_slots
-from ..trace.arrays import ArrayTrace, ArrayValue
+from ..ir.tape import CONST, INPUT, active_slots, forward_sweep
+from ..trace.arrays import ArrayTrace
 
 
 def _fit(c: Any, shape: tuple) -> Any:
@@ -32,25 +32,12 @@ def _fit(c: Any, shape: tuple) -> Any:
     return c
 
 
-def replay(tape: ArrayTape, rec: ArrayTrace, inputs: Sequence[ArrayValue]) -> list[Any]:
-    """Every slot of ``tape`` recorded again into ``rec``, from ``inputs``."""
-    vals: list[Any] = [None] * len(tape.nodes)
-    for pos, i in enumerate(tape.inputs):
-        vals[i] = inputs[pos]
-    for i, node in enumerate(tape.nodes):
-        if node.op == CONST:
-            vals[i] = rec.const(node.value)
-        elif node.op != INPUT:
-            vals[i] = rec.record(node.op, [vals[a] for a in node.args])
-    return vals
-
-
 def grad_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
     """The tape of ``tape``'s value (its one output) and its gradient with respect
     to the inputs at positions ``wrt`` (of ``tape.inputs``), in their shapes."""
     rec = ArrayTrace()
     inputs = [rec.input(tape.shapes[i]) for i in tape.inputs]
-    vals = replay(tape, rec, inputs)
+    vals = forward_sweep(tape, inputs, const=rec.const)  # the primal, recorded again
     (out,) = tape.outputs
     targets = [tape.inputs[p] for p in wrt]
     active = active_slots(tape, targets)

@@ -8,7 +8,7 @@ array after its last use (so NumPy reuses the memory); each output is written,
 flattened, into ``out`` in order. NumPy's domain rules hold as in the user's
 own NumPy code (``log(-1)`` is nan, with NumPy's warnings silenced inside). The
 names the code reads besides ``np`` (array constants, an index's arrays,
-``np.vectorize`` forms of ops NumPy has no ufunc for, ``ir.array_ops.RUNTIME``)
+``np.vectorize`` forms of ops NumPy has no ufunc for, an op's helper functions)
 come back with the source, for the loader.
 """
 
@@ -20,9 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.array_ops import RUNTIME
 from ..ir.array_products import matmul
-from ..ir.arrays import ArrayOp, ArrayTape, elementwise_code, index_constants, numpy_form
+from ..ir.arrays import ArrayOp, ArrayTape, code_names, elementwise_code, numpy_form
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
 
@@ -113,7 +112,7 @@ def array_source(
         f'    """{doc}"""',
         '    with np.errstate(all="ignore"):',
     ]
-    names.update(index_constants(tape))
+    names.update(code_names(tape))
     return "\n".join(head + ["        " + line for line in body]) + "\n", names
 
 
@@ -137,9 +136,6 @@ def _written_into(
 
 def _expression(op: Op, operands: list[str], names: dict[str, Any]) -> str:
     if isinstance(op, ArrayOp):
-        for name, fn in RUNTIME.items():
-            if op.code.startswith(f"{name}("):
-                names[name] = fn
         return op.code.format(*operands)
     fn, called = numpy_form(op)
     if not called.startswith("np."):

@@ -5,8 +5,9 @@ set (an axis, an index, a shape), which states its shape rule, its NumPy
 evaluation, its code template and its vector-Jacobian rules. The rules are
 written with these same ops (and the scalar ops of ``ops``), so they evaluate
 arrays and record on tracing arrays alike: the adjoint of an array program is
-an array program. ``RUNTIME`` holds the few functions generated array code
-calls besides NumPy's.
+an array program. The few functions generated array code calls besides
+NumPy's (``added_at``, ``updated``, ``prod_of_others``) are each op's
+``constants``, as an index's arrays are.
 """
 
 from __future__ import annotations
@@ -186,17 +187,14 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
     return CACHE.get(("reduce", kind, axes, keepdims), make)
 
 
-def _others_eval(axes: tuple[int, ...] | None) -> Callable:
-    def ev(x: np.ndarray) -> np.ndarray:
-        # the product of every other element along the reduced axes, without dividing
-        # (exact where x holds zeros): exclusive products from the left and the right
-        flat = _to_last(np.asarray(x, dtype=float), axes)
-        left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
-        rev = flat[..., ::-1]
-        right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
-        return _from_last(left * right[..., ::-1], np.shape(x), axes)
-
-    return ev
+def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
+    """Each element's product of the others along ``axes``, without dividing (exact
+    where ``x`` holds zeros): exclusive products from the left and the right."""
+    flat = _to_last(np.asarray(x, dtype=float), axes)
+    left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
+    rev = flat[..., ::-1]
+    right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
+    return _from_last(left * right[..., ::-1], np.shape(x), axes)
 
 
 def _to_last(x: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
@@ -230,10 +228,11 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
         lambda: ArrayOp(
             f"prod_of_others[{axes!r}]",
             1,
-            _others_eval(axes),
+            lambda x: prod_of_others(x, axes),
             f"prod_of_others({{0}}, {axes!r})",
             (_no_second("prod"),),
             lambda s: s,
+            constants={"prod_of_others": prod_of_others},
         ),
     )
 
@@ -430,23 +429,15 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
     (``getitem``'s adjoint; repeated indices add up)."""
     shape = tuple(shape)
 
-    def ev(g: Any) -> np.ndarray:
-        z = np.zeros(shape)
-        if _basic(index):
-            z[index] = g
-        else:
-            np.add.at(z, index, g)
-        return z
-
     def make(text: str, constants: dict) -> ArrayOp:
         return ArrayOp(
             f"scatter_add[{shape}][{text}]",
             1,
-            ev,
-            f"scatter_add({{0}}, {shape!r}, np.s_[{text}])",
+            lambda g: added_at(g, shape, index),
+            f"added_at({{0}}, {shape!r}, np.s_[{text}])",
             (lambda g, out, x: getitem(index)(g),),
             lambda s: shape,
-            constants=constants,
+            constants={**constants, "added_at": added_at},
         )
 
     return _index_op("scatter_add", index, shape, make)
@@ -455,23 +446,18 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
 def setitem(index: tuple) -> ArrayOp:
     """``x`` with ``x[index] = v`` (a functional update: a new array)."""
 
-    def ev(x: Any, v: Any) -> np.ndarray:
-        y = np.array(x, dtype=float)
-        y[index] = v
-        return y
-
     def make(text: str, constants: dict) -> ArrayOp:
         return ArrayOp(
             f"setitem[{text}]",
             2,
-            ev,
+            lambda x, v: updated(x, index, v),
             f"updated({{0}}, np.s_[{text}], {{1}})",
             (
                 lambda g, out, x, v: setitem(index)(g, 0.0),
                 lambda g, out, x, v: unbroadcast(getitem(index)(g), shape_of(v)),
             ),
             lambda sx, sv: _fits(sv, _indexed_shape(sx, index)) and sx,
-            constants=constants,
+            constants={**constants, "updated": updated},
         )
 
     return _index_op("setitem", index, None, make)
@@ -488,35 +474,19 @@ def div_(a: Any, b: Any) -> Any:
     return OPS["div"](a, b)
 
 
-#: Functions generated array code calls besides NumPy's.
-RUNTIME: dict[str, Callable] = {}
+def added_at(g: Any, shape: Shape, index: tuple) -> np.ndarray:
+    """An array of ``shape``, zero but for ``g`` added at ``index`` (repeated indices
+    add up)."""
+    z = np.zeros(shape)
+    if _basic(index):
+        z[index] = g
+    else:
+        np.add.at(z, index, g)
+    return z
 
 
-def _runtime(fn: Callable) -> Callable:
-    RUNTIME[fn.__name__] = fn
-    return fn
-
-
-@_runtime
-def scatter_add_(g: Any, shape: Shape, index: tuple) -> np.ndarray:
-    """An array of ``shape``, zero but for ``g`` added at ``index``."""
-    return scatter_add(index, shape).eval(g)
-
-
-@_runtime
 def updated(x: Any, index: tuple, v: Any) -> np.ndarray:
     """``x`` with ``x[index] = v``, as a new array."""
     y = np.array(x, dtype=float)
     y[index] = v
     return y
-
-
-@_runtime
-def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
-    """Each element's product of the others along ``axes``."""
-    return others(axes).eval(x)
-
-
-RUNTIME["scatter_add"] = RUNTIME.pop("scatter_add_")
-
-

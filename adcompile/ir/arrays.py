@@ -55,13 +55,14 @@ class ArrayOp(Op):
         vjp: tuple[Callable | None, ...],
         shape_of: Callable[..., Shape],
         boolean: bool = False,
-        constants: dict[str, np.ndarray] | None = None,
+        constants: dict[str, Any] | None = None,
         keeps_shape: bool = False,
     ) -> None:
         super().__init__(name, arity, eval, code, vjp, smooth=False, method=False)
         self.shape_of = shape_of
         self.boolean = boolean  # its result is a boolean array (data: no derivative)
-        self.constants = constants or {}  # arrays its code names (an index's arrays)
+        # what its code names besides NumPy: an index's arrays, a helper function
+        self.constants = constants or {}
         # its operand, unchanged, where the result has the operand's shape (a reshape)
         self.keeps_shape = keeps_shape
 
@@ -219,8 +220,8 @@ def sweep(tape: Tape, inputs: Sequence[Any]) -> list[Any]:
     return vals
 
 
-def index_constants(tape: Tape) -> dict[str, np.ndarray]:
-    """The arrays the ops of ``tape`` name in their code (an index's arrays)."""
+def code_names(tape: Tape) -> dict[str, Any]:
+    """What the ops of ``tape`` name in their code besides NumPy (``ArrayOp.constants``)."""
     return dict(
         chain.from_iterable(
             n.op.constants.items() for n in tape.nodes if isinstance(n.op, ArrayOp)
