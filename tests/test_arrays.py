@@ -313,3 +313,14 @@ def test_numba_and_export_trace_element_by_element_for_themselves():
     ev, eg = namespace["lambda_"](X)
     assert ev == pytest.approx(v, rel=1e-12)
     np.testing.assert_allclose(eg, g, rtol=1e-12)
+
+
+def test_unary_plus_and_positive_make_new_arrays():
+    def f(x):  # noqa: ANN001, ANN202
+        z = x * 1.0
+        y, w = +z, np.positive(z)
+        y[0] = 5.0  # NumPy: y and w are new arrays; z stays as it was
+        w[1] = 7.0
+        return np.sum(z * x) + np.sum(y) + np.sum(w)
+
+    _check(f, V)

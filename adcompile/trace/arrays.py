@@ -432,8 +432,8 @@ class ArrayValue:
         raise NotArrayLevel(f"astype({np.dtype(dtype)}) of a traced array")
 
 
-def _binary(name: str, reflected: bool = False) -> Callable:
-    op = OPERATORS[name]
+def _binary(op: Op, reflected: bool = False) -> Callable:
+    """The operator method recording ``op`` (with its operands swapped: ``__radd__``)."""
 
     def method(self: ArrayValue, other: Any) -> Any:
         args = [other, self] if reflected else [self, other]
@@ -443,23 +443,13 @@ def _binary(name: str, reflected: bool = False) -> Callable:
 
 
 for _name in ("add", "sub", "mul", "truediv", "pow", "floordiv", "mod"):
-    setattr(ArrayValue, f"__{_name}__", _binary(_name))
-    setattr(ArrayValue, f"__r{_name}__", _binary(_name, reflected=True))
+    setattr(ArrayValue, f"__{_name}__", _binary(OPERATORS[_name]))
+    setattr(ArrayValue, f"__r{_name}__", _binary(OPERATORS[_name], reflected=True))
     setattr(
         ArrayValue,
         f"__i{_name}__",
         lambda self, other, _n=_name: self._inplace(_n, other),
     )
-
-
-def _compare(name: str, reflected: bool = False) -> Callable:
-    def method(self: ArrayValue, other: Any) -> Any:
-        args = [other, self] if reflected else [self, other]
-        return self.trace.record(A.boolean(name), args)
-
-    return method
-
-
 for _dunder, _name in (
     ("lt", "less"),
     ("le", "less_equal"),
@@ -468,10 +458,10 @@ for _dunder, _name in (
     ("eq", "equal"),
     ("ne", "not_equal"),
 ):
-    setattr(ArrayValue, f"__{_dunder}__", _compare(_name))
+    setattr(ArrayValue, f"__{_dunder}__", _binary(A.boolean(_name)))
 for _dunder, _name in (("and", "logical_and"), ("or", "logical_or"), ("xor", "logical_xor")):
-    setattr(ArrayValue, f"__{_dunder}__", _compare(_name))
-    setattr(ArrayValue, f"__r{_dunder}__", _compare(_name, reflected=True))
+    setattr(ArrayValue, f"__{_dunder}__", _binary(A.boolean(_name)))
+    setattr(ArrayValue, f"__r{_dunder}__", _binary(A.boolean(_name), reflected=True))
 
 
 def _unary(name: str) -> Callable:
@@ -480,7 +470,7 @@ def _unary(name: str) -> Callable:
 
 ArrayValue.__neg__ = _unary("neg")  # type: ignore[attr-defined]
 ArrayValue.__abs__ = _unary("abs")  # type: ignore[attr-defined]
-ArrayValue.__pos__ = lambda self: self  # type: ignore[attr-defined]
+ArrayValue.__pos__ = lambda self: self.copy()  # type: ignore[attr-defined]  (a new array)
 ArrayValue.__invert__ = lambda self: (  # type: ignore[attr-defined]
     self.trace.record(A.boolean("logical_not"), [self])
     if self.dtype == np.bool_

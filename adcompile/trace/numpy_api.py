@@ -95,17 +95,7 @@ def ufunc_call(
 HANDLED[np.ufunc] = ufunc_call
 
 
-def _logaddexp(a: ArrayValue, b: ArrayValue) -> ArrayValue:
-    big = _op("maximum")(a, b)
-    return big + _op("log1p")(_op("exp")(-abs(a - b)))
-
-
-_COMPOSITE_UFUNCS: dict[str, Callable] = {
-    "square": lambda x: x * x,
-    "reciprocal": lambda x: 1.0 / x,
-    "positive": lambda x: x,
-    "logaddexp": _logaddexp,
-}
+_COMPOSITE_UFUNCS: dict[str, Callable] = {"positive": lambda x: x.copy()}  # (others: ops)
 
 
 # ---------------------------------------------------------------- reductions
