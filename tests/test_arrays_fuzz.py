@@ -48,8 +48,8 @@ def _step(kind: str, arg: str):  # noqa: ANN202
         return lambda x: np.where(x > {"zero": 0.0, "row": ROW}[arg], x, 0.1 * x**2)
     if kind == "reduce":
         axis = {"rows": 0, "cols": 1}[arg]
-        return lambda x: x - np.mean(x, axis=axis, keepdims=True) + 0.3 * np.max(
-            x, axis=axis, keepdims=True
+        return lambda x: (
+            x - np.mean(x, axis=axis, keepdims=True) + 0.3 * np.max(x, axis=axis, keepdims=True)
         )
     if kind == "product":
         return lambda x: x + 0.2 * np.tanh((x @ MAT) @ MAT.T)
@@ -116,9 +116,42 @@ def test_random_numpy_programs_agree_with_numpy_values_and_differences(
     d = rng.normal(size=fresh.shape)
     fd = central_diff(f, fresh, d, h=1e-6)
     assert float(np.sum(g * d)) == pytest.approx(fd, rel=2e-5, abs=2e-6)
-    if end not in ("var", "norm"):  # (NumPy refuses arrays of Values there)
-        other = ad.value_and_grad(f)
-        other.array_level = False
-        ov, og = other(fresh)
-        assert ov == pytest.approx(v, rel=1e-10, abs=1e-12)
-        np.testing.assert_allclose(g, og, rtol=1e-8, atol=1e-10)
+    other = ad.value_and_grad(f)
+    other.array_level = False
+    ov, og = other(fresh)
+    assert ov == pytest.approx(v, rel=1e-10, abs=1e-12)
+    np.testing.assert_allclose(g, og, rtol=1e-8, atol=1e-10)
+
+
+@settings(
+    max_examples=max(EXAMPLES // 2, 5),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    steps=st.lists(STEPS, min_size=1, max_size=4),
+    end=ENDS,
+    seed=st.integers(0, 2**16),
+)
+def test_random_numpy_programs_hvp_and_jvp_agree_with_differences(steps, end, seed, monkeypatch):
+    """The same programs' Hessian-vector and Jacobian-vector products (reverse over
+    reverse, at array level), at a fresh point: against central differences of the
+    array-level gradient (checked above) and of plain NumPy."""
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+    f = _program(steps, end)
+    rng = np.random.default_rng(seed)
+    traced_at, fresh, v = (rng.normal(size=(3, 4)) for _ in range(3))
+    hvp = ad.hvp(f)
+    hvp(traced_at, v)
+    assert hvp.array_refused is None, hvp.array_refused
+    got = hvp(fresh, v)
+    assert hvp.traces == 1
+    g = ad.grad(f)
+    with np.errstate(all="ignore"):
+        fd = (g(fresh + 1e-6 * v) - g(fresh - 1e-6 * v)) / 2e-6
+    np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-5 * (1 + np.max(np.abs(fd))))
+    value, tangent = ad.jvp(f, (fresh,), (v,))
+    with np.errstate(all="ignore"):
+        assert value == pytest.approx(float(f(fresh)), rel=1e-11, abs=1e-12)
+        assert tangent == pytest.approx(central_diff(f, fresh, v, h=1e-6), rel=2e-5, abs=2e-6)

@@ -152,15 +152,15 @@ class CapturesMixin:
             or debug_nans_enabled()  # (the element-wise tape names the op that made a nan)
             or self.array_refused is not None
             or self.leaves is not None
-            or self.mode not in ("grad", "value_and_grad", "jit")
             or (caps is not None and caps.outer)
             or not sizes
             or (sum(sizes) < ARRAY_LEVEL_MIN and not small)
         ):
             return None
         gens = caps.generators if caps is not None else ()
+        primal, names, multi = self._array_inputs(args)
         try:
-            tape = trace_array_call(self._fun_for_trace(), args, self._names(len(args)), gens)
+            tape = trace_array_call(self._fun_for_trace(), primal, names, gens, multi)
         except (Exception, NotArrayLevel) as e:
             self.array_refused = _refusal(e)
             return None
@@ -168,12 +168,17 @@ class CapturesMixin:
             caps.settle()
         return None if not small and self._batch_rather(args, tape) else tape
 
+    def _array_inputs(self, args: Sequence[Any]) -> tuple[Sequence[Any], list[str], bool]:
+        """What ``fun`` is traced at array level with: its arguments (of the call's),
+        their names, and whether it may return arrays and tuples (else one number)."""
+        return args, self._names(len(args)), False
+
     def _batch_rather(self, args: Sequence[Any], tape: ArrayTape) -> bool:
         """Whether code generic in the batch length (``api.batching``) serves ``fun``
         better than its array code: it has rows of data to be generic in, selects
         nothing by data (``where``, masks, comparisons: guards element by element),
         and its other arrays are small (they are traced element by element there)."""
-        if self.mode == "jit" or any(tape.booleans):
+        if self.mode not in ("grad", "value_and_grad") or any(tape.booleans):
             return False
         shapes = [np.shape(a) if isinstance(a, np.ndarray) else None for a in args]
         found = batch.batched(shapes, self._wrt_args(len(args)), min_length=1)

@@ -25,6 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from ..diff.arrays import hvp_tape as array_hvp_tape
+from ..diff.arrays import jvp_tape as array_jvp_tape
+from ..diff.arrays import vjp_tape as array_vjp_tape
 from ..diff.forward import (
     MODES,
     choose_mode,
@@ -35,6 +38,7 @@ from ..diff.forward import (
     permute_inputs,
     vjp_tape,
 )
+from ..ir.arrays import ArrayTape
 from ..ir.outputs import OutLayout, join, leaves, map_leaves, size
 from ..ir.passes import simplify
 from ..ir.tape import Param, Tape, forward_sweep
@@ -132,9 +136,20 @@ class Derived(Transformed):
                 "Hessian by)"
             )
 
-    def _specialise(self, key: tuple, args: Sequence[Any]) -> Specialisation:
+    def _array_inputs(self, args: Sequence[Any]) -> tuple[Sequence[Any], list[str], bool]:
+        primal = self._primal(args)
+        names = Transformed._names(self, len(primal))
+        return primal, names, self.mode in ("jacobian", "jvp")
+
+    def _specialise(
+        self, key: tuple, args: Sequence[Any], traced: Tape | None = None
+    ) -> Specialisation:
         if self.mode == "hvp":
             self._check_vector(key)
+        if traced is not None:
+            spec = self._specialise_arrays(key, args, traced)
+            if spec is not None:
+                return spec
         clock = time.perf_counter()
         with gc_paused():
             tape = self._trace(args)
@@ -161,6 +176,83 @@ class Derived(Transformed):
         compiled.facts = dataclasses.replace(compiled.facts, how=how)
         spec = Specialisation(tape, compiled, [], self.mode, False, layout)
         return self._keep(key, spec)
+
+    def _specialise_arrays(
+        self, key: tuple, args: Sequence[Any], tape: ArrayTape
+    ) -> Specialisation | None:
+        """Compile the derivative of the array-level ``tape`` as array code; None
+        where a rule it needs is missing (a second derivative of ``prod``: traced
+        element by element then, ``array_refused`` says why)."""
+        self._count_trace()
+        clock = time.perf_counter()
+        try:
+            code, layout, note, basis = self._derive_arrays(tape, key)
+        except NotImplementedError as e:
+            self.array_refused = str(e).removeprefix("adcompile: ")
+            self.traces -= 1
+            return None
+        self._stages["derivative tape"] = time.perf_counter() - clock
+        params = self._params(self._names(len(args)), key)
+        fname, doc = self._fname_doc()
+        from ..backend.arrays import ArrayBasisCompiled, ArrayCompiled
+
+        if basis is None:
+            compiled: Any = ArrayCompiled(code, params, fname, f"{doc}; {note}")
+        else:
+            m, dest, shapes = basis
+            extra = [Param(f"e{k}", None if not s else size(s)) for k, s in enumerate(shapes)]
+            one = ArrayCompiled(code, [*params, *extra], f"{fname}_one", f"{doc}; {note}")
+            compiled = ArrayBasisCompiled(one, params, m, dest, shapes, layout.n_out)
+        self._stages.update(compiled.timings)
+        how = f"{_WHAT[self.mode].capitalize()} by {note}"
+        compiled.explanation = f"{how}. {compiled.explanation}"
+        compiled.facts = dataclasses.replace(compiled.facts, how=how)
+        return self._keep(key, Specialisation(tape, compiled, [], self.mode, False, layout))
+
+    def _derive_arrays(self, tape: ArrayTape, key: tuple) -> tuple[ArrayTape, OutLayout, str, Any]:
+        """``_derive`` for an array tape: reverse sweeps only (a forward sweep is the
+        gradient of a reverse one, ``diff.arrays.jvp_tape``); a Jacobian or Hessian is
+        made one basis vector at a time, ``(m, dest, shapes)``: the basis vectors'
+        count, where their results go, and the shapes of the inputs they fill."""
+        pkey = self._primal(key)
+        n_in = len(pkey)
+        if self.mode == "jvp":
+            k = n_in - self._hidden()
+            code = array_jvp_tape(tape, list(range(k)))
+            layout = self._jvp_layout(tape)
+            _reorder(code, [*range(k), *range(n_in, n_in + k), *range(k, n_in)])
+            return code, layout, "two reverse sweeps (the gradient of a reverse sweep)", None
+        if self.mode == "hvp":
+            code = array_hvp_tape(tape, [0])
+            _reorder(code, [0, n_in, *range(1, n_in)])
+            layout = OutLayout([(0, pkey[0])], 0)
+            return code, layout, "reverse over reverse (the gradient of grad . v)", None
+        wrt = self._wrt(n_in)
+        shapes = [pkey[a] for a in wrt]
+        n = sum(size(s) for s in shapes)
+        if self.mode == "hessian":
+            layout, pos = _blocks(shapes, self._many)
+            note = f"Hessian-vector products with the {n} unit vectors (reverse over reverse)"
+            return array_hvp_tape(tape, wrt), layout, note, (n, pos.T.copy(), shapes)
+        outs = leaves(tape.tree)
+        rows, start = [], 0
+        for s in outs:
+            rows.append((s, start))
+            start += size(s)
+        layout, pos = _jacobian_layout(rows, shapes, self._many, tape.tree)
+        if choose_mode(start, n, self.sweeps) == "reverse":  # w^T J with w = e_i: row i
+            note = f"reverse-mode sweeps, one per output ({start} outputs, {n} inputs)"
+            return array_vjp_tape(tape, wrt), layout, note, (start, pos, outs)
+        note = f"forward-mode sweeps, one per input ({n} inputs, {start} outputs)"
+        return array_jvp_tape(tape, wrt, value=False), layout, note, (n, pos.T.copy(), shapes)
+
+    def _jvp_layout(self, tape: Tape) -> OutLayout:
+        """jvp's result: the primal's outputs, then the tangent's."""
+        primal = OutLayout.of_tree(tape.tree)
+        tangent = OutLayout.of_tree(tape.tree, start=primal.n_out)
+        shift = len(primal.parts)
+        tree = ("tuple", [primal.tree, map_leaves(tangent.tree, lambda j, s: j + shift)])
+        return OutLayout(primal.parts + tangent.parts, tree)
 
     def _derive(self, tape: Tape, key: tuple) -> tuple[Tape, OutLayout, str, Any]:
         """The derivative tape (its inputs in the call's order), where its result
@@ -220,11 +312,7 @@ class Derived(Transformed):
         code = jvp_tape(tape, list(range(n_vis)))
         order = [*range(n_vis), *range(n_in, n_in + n_vis), *range(n_vis, n_in)]
         permute_inputs(code, order)
-        primal = OutLayout.of_tree(tape.tree)
-        tangent = OutLayout.of_tree(tape.tree, start=primal.n_out)
-        shift = len(primal.parts)
-        tree = ("tuple", [primal.tree, map_leaves(tangent.tree, lambda j, s: j + shift)])
-        layout = OutLayout(primal.parts + tangent.parts, tree)
+        layout = self._jvp_layout(tape)
         return code, layout, "a forward-mode sweep (one, along the tangents)"
 
     def _hvp(self, tape: Tape, pkey: list, offsets: list[int]) -> tuple[Tape, OutLayout, str]:
@@ -260,6 +348,13 @@ def _unrolled(one: Tape, basis: tuple, n_out: int) -> Tape:
                 outs[int(dest[j, i])] = vals[o]
         guards = [(g.cmp, vals[g.a], vals[g.b], g.expected, g.where) for g in one.guards]
         return build_tape(outs, inputs, guards, one.names[:-m])
+
+
+def _reorder(code: ArrayTape, order: list[int]) -> None:
+    """Take ``code``'s inputs in the call's order: its input ``order[k]`` is the
+    call's argument ``k``."""
+    code.inputs = [code.inputs[k] for k in order]
+    code.names = [code.names[k] for k in order]
 
 
 def _fresh(name: str, taken: Sequence[str]) -> str:

@@ -37,10 +37,11 @@ def summary(facts: CodeFacts) -> str:
             f"folded into loops: {facts.statements} statements for {facts.operations} operations"
         )
         return "one program for every batch length, " + what if facts.generic else what
+    arrays = f"array code: {facts.operations} NumPy calls on whole arrays"
     if facts.how:
-        return facts.how
+        return f"{facts.how}; {arrays}" if facts.kind == "arrays" else facts.how
     if facts.kind == "arrays":
-        return f"array code: {facts.operations} NumPy calls on whole arrays"
+        return arrays
     if facts.kind == "straight-line":
         return "Straight-line code"
     return f"{facts.slots} slots, run on the compiled tape interpreter"

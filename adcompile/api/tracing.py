@@ -249,12 +249,18 @@ def trace_call(
 
 @randomness.once_more_if_shared
 def trace_array_call(
-    f: Callable, args: Sequence[Any], names: Sequence[str], generators: Sequence[tuple] = ()
+    f: Callable,
+    args: Sequence[Any],
+    names: Sequence[str],
+    generators: Sequence[tuple] = (),
+    multi: bool = False,
 ) -> ArrayTape:
     """``f`` traced at array level (``trace.arrays``): one node per NumPy call on its
     arguments, whatever their sizes. Raises ``NotArrayLevel`` (or the error ``f``
     raised) where ``f`` does what that level does not take; the caller then traces
-    it with :func:`trace_call`. The same draws from random generators are refused."""
+    it with :func:`trace_call`. The same draws from random generators are refused.
+    ``f`` returns one number, or with ``multi`` arrays and numbers in tuples and
+    lists too (one output per leaf; the tape's ``tree`` says how they nest)."""
     from ..trace import numpy_api  # noqa: F401  (NumPy's functions' rules)
 
     fname = function_name(f)
@@ -270,6 +276,12 @@ def trace_array_call(
     with tracing():
         out = f(*traced)
     draws.check(fname, captures.code_names(f))
+    if multi:
+        leaves: list[ArrayValue] = []
+        tree = _array_tree(rec, out, leaves, fname)
+        tape = rec.tape(leaves, list(names))
+        tape.tree = tree
+        return tape
     if isinstance(out, (np.ndarray, np.generic)) and out.size == 1 or _is_number(out):
         out = rec.const(float(np.asarray(out).reshape(())))
     if not isinstance(out, ArrayValue) or out.size != 1 or out.dtype != np.float64:
@@ -277,6 +289,20 @@ def trace_array_call(
     if out.shape:
         out = rec.record(reshape(()), [out])
     return rec.tape([out], list(names))
+
+
+def _array_tree(rec: ArrayTrace, out: Any, leaves: list, fname: str) -> Any:
+    """The output tree of ``out`` (``ir.outputs``), its leaves appended to ``leaves``
+    as float arrays of ``rec``."""
+    if isinstance(out, (tuple, list)):
+        kind = "tuple" if isinstance(out, tuple) else "list"
+        return (kind, [_array_tree(rec, o, leaves, fname) for o in out])
+    if _is_number(out) or isinstance(out, (np.ndarray, np.generic)) and out.dtype.kind in "fiu":
+        out = rec.const(np.asarray(out, dtype=float))
+    if not isinstance(out, ArrayValue) or out.dtype != np.float64:
+        raise NotArrayLevel(f"{fname}() returned {type(out).__name__}, not numbers")
+    leaves.append(out)
+    return tuple(out.shape) if out.shape else None
 
 
 def _is_number(x: Any) -> bool:

@@ -10,6 +10,7 @@ of its own yet (``native`` is None, ``numba`` says so).
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -66,3 +67,62 @@ class ArrayCompiled(CompiledProgram):
             "Numba function yet; vg.numba(*example_args) traces the function element by "
             "element for it"
         )
+
+
+class ArrayBasisCompiled(CompiledProgram):
+    """A Jacobian or Hessian of array code, made one basis vector at a time: ``one``
+    (array code whose last arguments are the basis vector ``e``, split into inputs
+    of ``shapes``) runs with each unit vector, and entry ``i`` of its result for
+    ``e_j`` goes to ``out[dest[j, i]]``. The loop is Python's, around NumPy code."""
+
+    def __init__(
+        self,
+        one: ArrayCompiled,
+        params: list[Param],
+        m: int,
+        dest: np.ndarray,
+        shapes: list[tuple[int, ...] | None],
+        n_out: int,
+    ) -> None:
+        self.one, self.params, self.m, self.n_out = one, list(params), m, n_out
+        self.dest = np.ascontiguousarray(dest, dtype=np.int64)
+        bounds = np.cumsum([0, *(math.prod(s or ()) for s in shapes)]).tolist()
+        self._pieces = [(a, b, not s) for a, b, s in zip(bounds, bounds[1:], shapes)]
+        self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
+        self.source = (
+            f"# {self.explanation}\n# for each unit vector e_j (split into "
+            f"{', '.join(p.name for p in one.params[len(params) :])}), entry i of the "
+            "result goes to out[dest[j, i]]\n" + one.source
+        )
+        self.facts = one.facts
+        self.timings = dict(one.timings)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        res = np.empty(self.dest.shape[1])
+        e = np.zeros(self.m)
+        views = [None if scalar else e[a:b] for a, b, scalar in self._pieces]  # (of e)
+        fn = self.one._fn
+        for j in range(self.m):
+            e[j] = 1.0
+            fn(*args, *(e[p[0]] if v is None else v for p, v in zip(self._pieces, views)), res)
+            e[j] = 0.0
+            out[self.dest[j]] = res
+        return True, out
+
+    @property
+    def tape(self) -> ArrayTape:
+        return self.one.tape
+
+    @property
+    def native(self) -> NativeCall | None:
+        return None
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.basis(self, self.one, self.m, self.dest)
+
+    def _guard_checks(self) -> tuple:
+        return ()
+
+    def _make_numba(self) -> Any:
+        return self.one._make_numba()

@@ -32,18 +32,15 @@ def _fit(c: Any, shape: tuple) -> Any:
     return c
 
 
-def grad_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
-    """The tape of ``tape``'s value (its one output) and its gradient with respect
-    to the inputs at positions ``wrt`` (of ``tape.inputs``), in their shapes."""
-    rec = ArrayTrace()
-    inputs = [rec.input(tape.shapes[i]) for i in tape.inputs]
-    vals = forward_sweep(tape, inputs, const=rec.const)  # the primal, recorded again
-    (out,) = tape.outputs
-    targets = [tape.inputs[p] for p in wrt]
+def _adjoints(
+    rec: ArrayTrace, tape: ArrayTape, vals: Sequence[Any], seeds: Sequence[Any], targets: list[int]
+) -> list[Any]:
+    """The adjoints of the slots ``targets``, recorded into ``rec``: ``vals`` are the
+    primal's values replayed there, ``seeds`` the adjoint of each output."""
     active = active_slots(tape, targets)
-    start = len(rec.nodes)
     adj: list[Any] = [None] * len(tape.nodes)
-    adj[out] = rec.const(np.ones(tape.shapes[out])) if tape.shapes[out] else rec.const(1.0)
+    for o, seed in zip(tape.outputs, seeds):
+        adj[o] = seed if adj[o] is None else adj[o] + seed
     for i in range(len(tape.nodes) - 1, -1, -1):
         g = adj[i]
         node = tape.nodes[i]
@@ -54,12 +51,89 @@ def grad_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
         for k, a in enumerate(node.args):
             rule = op.vjp[k] if k < len(op.vjp) else None
             if rule is None or not active[a] or tape.booleans[a]:
-                continue
+                continue  # (None: derivative 0, as floor's)
             c = rule(g, vals[i], *argvals)
             if not isinstance(op, ArrayOp) or shape_of(c) != tape.shapes[a]:
                 c = _fit(rec.operand(c), tape.shapes[a])
             adj[a] = c if adj[a] is None else adj[a] + c
-    grads = [
-        adj[s] if adj[s] is not None else rec.const(np.zeros(tape.shapes[s])) for s in targets
-    ]
-    return rec.tape([vals[out], *grads], tape.names, adjoint_from=start)
+    return [adj[s] if adj[s] is not None else rec.const(np.zeros(tape.shapes[s])) for s in targets]
+
+
+def _replayed(tape: ArrayTape) -> tuple[ArrayTrace, list[Any], list[Any]]:
+    """A new recorder with ``tape``'s inputs, and ``tape``'s slots replayed in it."""
+    rec = ArrayTrace()
+    inputs = [rec.input(tape.shapes[i]) for i in tape.inputs]
+    return rec, inputs, forward_sweep(tape, inputs, const=rec.const)
+
+
+def grad_tape(tape: ArrayTape, wrt: Sequence[int], value: bool = True) -> ArrayTape:
+    """The tape of ``tape``'s value (its one output; not with ``value`` False) and its
+    gradient with respect to the inputs at positions ``wrt`` (of ``tape.inputs``),
+    in their shapes."""
+    rec, _, vals = _replayed(tape)  # the primal, recorded again
+    (out,) = tape.outputs
+    start = len(rec.nodes)
+    seed = rec.const(np.ones(tape.shapes[out])) if tape.shapes[out] else rec.const(1.0)
+    grads = _adjoints(rec, tape, vals, [seed], [tape.inputs[p] for p in wrt])
+    outs = [vals[out], *grads] if value else grads
+    return rec.tape(outs, tape.names, adjoint_from=start)
+
+
+def vjp_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
+    """The tape of ``u^T J``: after ``tape``'s inputs, one input ``u`` per output (of
+    its shape); outputs, the vector-Jacobian product for each input of ``wrt``."""
+    rec, _, vals = _replayed(tape)
+    start = len(rec.nodes)
+    us = [rec.input(tape.shapes[o]) for o in tape.outputs]
+    grads = _adjoints(rec, tape, vals, us, [tape.inputs[p] for p in wrt])
+    names = [*tape.names, *(f"u{k}" for k in range(len(us)))]
+    return rec.tape(grads, names, adjoint_from=start)
+
+
+def _dotted(rec: ArrayTrace, pairs: Sequence[tuple[Any, Any]]) -> Any:
+    """``sum(a * b)`` over the pairs, recorded: the scalar whose derivative is sought."""
+    total = None
+    for a, b in pairs:
+        prod = a * b
+        term = A.reduce("sum", None, False)(prod) if shape_of(prod) else prod
+        total = term if total is None else total + term
+    return total
+
+
+def hvp_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
+    """The tape of the Hessian of ``tape``'s one output times a vector: after its
+    inputs, one input ``v`` per input of ``wrt`` (of its shape); outputs, ``H v``
+    per input of ``wrt``. Reverse over reverse: the gradient of ``grad . v``, whose
+    rules are array ops too."""
+    g = grad_tape(tape, wrt, value=False)
+    rec, inputs, vals = _replayed(g)
+    vs = [rec.input(tape.shapes[tape.inputs[p]]) for p in wrt]
+    dotted = _dotted(rec, [(vals[o], v) for o, v in zip(g.outputs, vs)])
+    names = [*tape.names, *(f"v{k}" for k in range(len(vs)))]
+    return grad_tape(rec.tape([rec.operand(dotted)], names), wrt, value=False)
+
+
+def jvp_tape(tape: ArrayTape, wrt: Sequence[int], value: bool = True) -> ArrayTape:
+    """The tape of ``J t``: after ``tape``'s inputs, one tangent ``t`` per input of
+    ``wrt`` (of its shape); outputs, ``tape``'s own (not with ``value`` False), then
+    the directional derivative of each. ``J t`` is the gradient in ``u`` of
+    ``(u^T J) . t``, which is linear in ``u`` (so ``u`` is 0 in the end): two reverse
+    sweeps, on the vector-Jacobian rules alone."""
+    n, m = len(tape.inputs), len(tape.outputs)
+    v = vjp_tape(tape, wrt)
+    rec, inputs, vals = _replayed(v)
+    ts = [rec.input(tape.shapes[tape.inputs[p]]) for p in wrt]
+    dotted = _dotted(rec, [(vals[o], t) for o, t in zip(v.outputs, ts)])
+    names = [*v.names, *(f"t{k}" for k in range(len(ts)))]
+    d = grad_tape(rec.tape([rec.operand(dotted)], names), range(n, n + m), value=False)
+    # the same, with u = 0 and the primal's outputs first
+    rec = ArrayTrace()
+    xs = [rec.input(tape.shapes[i]) for i in tape.inputs]
+    ts = [rec.input(tape.shapes[tape.inputs[p]]) for p in wrt]
+    zeros = [rec.const(np.zeros(tape.shapes[o])) for o in tape.outputs]
+    dvals = forward_sweep(d, [*xs, *zeros, *ts], const=rec.const)
+    outs = [dvals[o] for o in d.outputs]
+    if value:
+        primal = forward_sweep(tape, xs, const=rec.const)
+        outs = [primal[o] for o in tape.outputs] + outs
+    return rec.tape([rec.operand(o) for o in outs], [*tape.names, *names[n + m :]])

@@ -75,6 +75,8 @@ def ufunc_call(
     name = ufunc.__name__
     if method == "reduce" and name in _REDUCE and set(kwargs) <= {"axis", "keepdims"}:
         return _reduce(_REDUCE[name], inputs[0], kwargs.get("axis", 0), kwargs.get("keepdims"))
+    if method == "reduce" and name == "logaddexp" and set(kwargs) <= {"axis", "keepdims"}:
+        return _logsumexp(inputs[0], kwargs.get("axis", 0), bool(kwargs.get("keepdims")))
     if method == "accumulate" and name == "add" and set(kwargs) <= {"axis"}:
         return cumsum(inputs[0], kwargs.get("axis", 0))
     if method != "__call__" or kwargs:
@@ -103,6 +105,16 @@ _COMPOSITE_UFUNCS: dict[str, Callable] = {"positive": lambda x: x.copy()}  # (ot
 
 def _count(shape: tuple, axes: tuple | None) -> int:
     return math.prod(shape if axes is None else (shape[a] for a in axes))
+
+
+def _logsumexp(a: Any, axis: Any, keepdims: bool) -> ArrayValue:
+    """``np.logaddexp.reduce``: log(sum(exp(x))) along ``axis``, shifted by the largest
+    element (kept finite) so that nothing overflows; its gradient is the softmax."""
+    x = _as(a)
+    top = _reduce("max", x, axis, True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    total = np.log(_reduce("sum", np.exp(x - top), axis, True)) + top
+    return total if keepdims else _reduce("sum", total, axis, False)
 
 
 def _reduce(kind: str, a: Any, axis: Any, keepdims: Any) -> ArrayValue:

@@ -422,6 +422,8 @@ for _op in OPS.values():
         setattr(Value, _op.name, _m)
 Value.absolute = Value.abs  # np.absolute's name
 Value.mod = Value.remainder  # np.mod's name
+# a real number is its own conjugate (np.var and np.std of an object array ask for it)
+Value.conjugate = Value.conj = lambda self: self  # type: ignore[attr-defined]
 # math.floor(v) ... give Values too: NumPy's object loops for np.floor, np.ceil and np.trunc
 # (an object array of Values) call them.
 Value.__floor__, Value.__ceil__, Value.__trunc__ = Value.floor, Value.ceil, Value.trunc

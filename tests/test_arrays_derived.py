@@ -1,0 +1,138 @@
+"""jacobian, hessian, jvp and hvp of NumPy programs traced at array level.
+
+Their code is array code made by reverse sweeps alone (``diff.arrays``): a
+Hessian-vector product is the gradient of ``grad . v``, a Jacobian-vector
+product the gradient in ``u`` of ``(u^T J) . t``. Each result is held against
+central differences of the plain function (or of a gradient checked so), and
+against the same transform traced element by element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import central_diff
+
+import adcompile as ad
+from adcompile.api import captured
+
+RNG = np.random.default_rng(7)
+A = RNG.normal(size=(20, 15))
+
+
+@pytest.fixture(autouse=True)
+def _small_arrays_at_array_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+
+
+def _array_code(t: ad.Transformed) -> bool:
+    return t.array_refused is None and "NumPy calls on whole arrays" in ad.explain(t)
+
+
+def _elementwise(t: ad.Transformed) -> ad.Transformed:
+    other = t.__copy__()
+    other.array_level = False
+    return other
+
+
+def _fd_jacobian(f, args: list, k: int, h: float = 1e-6) -> np.ndarray:  # noqa: ANN001
+    """Central differences of ``f`` in argument ``k``: shape out + argument."""
+    base = [np.asarray(a, dtype=float) for a in args]
+    cols = []
+    for e in np.eye(base[k].size):
+        step = e.reshape(base[k].shape) * h
+        up = [b + step if j == k else b for j, b in enumerate(base)]
+        down = [b - step if j == k else b for j, b in enumerate(base)]
+        cols.append((np.asarray(f(*up)) - np.asarray(f(*down))) / (2 * h))
+    return np.moveaxis(np.array(cols), 0, -1).reshape(np.shape(f(*base)) + base[k].shape)
+
+
+def loss(x, y, s):  # noqa: ANN001, ANN201
+    """A smooth loss over a captured matrix, with a reduction, a norm and a std."""
+    r = np.tanh(A @ x) - y
+    return np.sum(r**2) * s + np.linalg.norm(x) + np.std(x * s)
+
+
+def test_hvp_is_the_derivative_of_the_gradient() -> None:
+    x, y, v = RNG.normal(size=15), RNG.normal(size=20), RNG.normal(size=15)
+    hvp = ad.hvp(loss)
+    got = hvp(x, v, y, 0.7)
+    assert _array_code(hvp)
+    g = ad.grad(loss)
+    want = central_diff(lambda t: g(x + t[0] * v, y, 0.7), [0.0], [1.0])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got, _elementwise(hvp)(x, v, y, 0.7), rtol=1e-10, atol=1e-12)
+    x2, v2 = RNG.normal(size=15), RNG.normal(size=15)  # a fresh point: no new trace
+    want2 = central_diff(lambda t: g(x2 + t[0] * v2, y, 0.7), [0.0], [1.0])
+    np.testing.assert_allclose(hvp(x2, v2, y, 0.7), want2, rtol=1e-6, atol=1e-8)
+    assert hvp.traces == 1
+    with pytest.raises(ValueError, match="v must have x's shape"):
+        hvp(x, v[:3], y, 0.7)
+
+
+@pytest.mark.parametrize("argnums", [0, 1, 2, (0, 1), (0, 2)])
+def test_hessian_blocks(argnums) -> None:  # noqa: ANN001
+    x, y = RNG.normal(size=15), RNG.normal(size=20)
+    hess = ad.hessian(loss, argnums=argnums)
+    got = hess(x, y, 0.7)
+    assert _array_code(hess)
+    many = isinstance(argnums, tuple)
+    nums = argnums if many else (argnums,)
+    for a, ka in enumerate(nums):
+        for b, kb in enumerate(nums):
+            block = got[a][b] if many else got
+            g = ad.grad(loss, argnums=ka)
+            want = _fd_jacobian(g, [x, y, 0.7], kb)
+            np.testing.assert_allclose(block, want, rtol=1e-5, atol=1e-7)
+    other = _elementwise(hess)(x, y, 0.7)
+    flat = lambda h: np.concatenate([np.ravel(b) for r in h for b in r]) if many else h  # noqa: E731
+    np.testing.assert_allclose(flat(got), flat(other), rtol=1e-10, atol=1e-12)
+
+
+def two_outputs(x, y):  # noqa: ANN001, ANN201
+    return np.tanh(A @ x) * y, np.sum(x**2) * np.mean(y)
+
+
+@pytest.mark.parametrize("mode", ["auto", "forward", "reverse"])
+def test_jacobian_of_several_outputs(mode: str) -> None:
+    x, y = RNG.normal(size=15), RNG.normal(size=20)
+    jac = ad.jacobian(two_outputs, argnums=(0, 1), mode=mode)
+    got = jac(x, y)
+    assert _array_code(jac)
+    for o in range(2):
+        for k in range(2):
+            want = _fd_jacobian(lambda *a, o=o: two_outputs(*a)[o], [x, y], k)
+            assert got[o][k].shape == want.shape
+            np.testing.assert_allclose(got[o][k], want, rtol=1e-6, atol=1e-8)
+
+
+def test_jacobian_of_a_matrix_valued_function() -> None:
+    X = RNG.normal(size=(6, 5))
+    f = lambda X: np.sin(X) @ A[:5, :4] + X[:, :1] ** 2  # noqa: E731
+    jac = ad.jacobian(f)
+    got = jac(X)
+    assert _array_code(jac) and got.shape == (6, 4, 6, 5)
+    np.testing.assert_allclose(got, _fd_jacobian(f, [X], 0), rtol=1e-6, atol=1e-8)
+
+
+def test_jvp_gives_the_value_and_the_directional_derivative() -> None:
+    x, y = RNG.normal(size=15), RNG.normal(size=20)
+    tx, ty = RNG.normal(size=15), RNG.normal(size=20)
+    jvp = ad.jvp(two_outputs, (x, y), (tx, ty))
+    value, tangent = jvp
+    for o in range(2):
+        np.testing.assert_allclose(value[o], two_outputs(x, y)[o], rtol=1e-13)
+        along = lambda t, o=o: two_outputs(x + t[0] * tx, y + t[0] * ty)[o]  # noqa: E731
+        want = central_diff(along, [0.0], [1.0])
+        np.testing.assert_allclose(tangent[o], want, rtol=1e-6, atol=1e-8)
+
+
+def test_a_rule_without_a_second_derivative_goes_element_by_element() -> None:
+    f = lambda x: np.prod(x[:5]) + np.sum(x**3)  # noqa: E731  (prod's rule has none)
+    x, v = RNG.normal(size=12), RNG.normal(size=12)
+    hvp = ad.hvp(f)
+    got = hvp(x, v)
+    assert hvp.array_refused is not None and "prod" in hvp.array_refused
+    want = central_diff(lambda t: ad.grad(f)(x + t[0] * v), [0.0], [1.0])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    assert "prod" in ad.explain(hvp)
