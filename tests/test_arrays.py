@@ -8,6 +8,7 @@ element), so that a silent fallback cannot pass for the feature.
 
 from __future__ import annotations
 
+import threading
 import warnings
 
 import numpy as np
@@ -333,3 +334,66 @@ def test_unary_plus_and_positive_make_new_arrays():
         return np.sum(z * x) + np.sum(y) + np.sum(w)
 
     _check(f, V)
+
+
+def _filled_vector(x):  # noqa: ANN001, ANN202
+    z = np.zeros(len(x))
+    z[0] = x[0] * 2.0
+    z[1:] = x[1:] ** 2 - x[:-1]
+    return np.sum(np.tanh(z) ** 2)
+
+
+def _filled_columns(x):  # noqa: ANN001, ANN202
+    out = np.empty((len(x), 3))
+    out[:, 0] = x
+    out[:, 1] = np.sin(x)
+    out[:, 2] = 1.0
+    acc = np.full(3, 0.5)
+    acc += out.T @ out[:, 1]
+    for i in range(4):  # a few single elements
+        acc[i % 3] = acc[i % 3] * x[i]
+    return np.sum(acc**2) + np.sum(np.ones(len(x)) * x)
+
+
+@pytest.mark.parametrize("f", [_filled_vector, _filled_columns])
+@pytest.mark.parametrize("n", [300, 12])
+def test_new_arrays_filled_with_traced_values(f, n: int) -> None:  # noqa: ANN001
+    # np.zeros / np.empty / np.full / np.ones, then item and slice writes: at array level
+    # (12 numbers: element by element fails, where a float array cannot hold a Value)
+    x = RNG.normal(size=n)
+    vg = ad.value_and_grad(f)
+    v, g = vg(x)
+    assert _array_level(vg)
+    assert v == pytest.approx(f(x), rel=1e-12)
+    d = RNG.normal(size=n)
+    assert float(g @ d) == pytest.approx(central_diff(f, x, d), rel=1e-6, abs=1e-8)
+    fresh = RNG.normal(size=n)  # the same code at a fresh point
+    v2, g2 = vg(fresh)
+    assert v2 == pytest.approx(f(fresh), rel=1e-12) and vg.traces == 1
+    assert float(g2 @ d) == pytest.approx(central_diff(f, fresh, d), rel=1e-6, abs=1e-8)
+    h = ad.hvp(f)(x, d)
+    want = central_diff(lambda t: ad.grad(f)(x + t[0] * d), [0.0], [1.0])
+    np.testing.assert_allclose(h, want, rtol=1e-5, atol=1e-7)
+
+
+def test_new_arrays_are_numpys_outside_the_trace() -> None:
+    made: dict[str, object] = {}
+    zeros = np.zeros
+
+    def other_thread() -> None:
+        made["other"] = np.zeros(3)
+
+    def f(x):  # noqa: ANN001, ANN202
+        made["int"] = np.zeros(3, dtype=np.int64)  # (not float: NumPy's)
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+        z = np.zeros(x.shape)
+        z[2:] = x[2:]
+        return np.sum(z**2)
+
+    x = RNG.normal(size=300)
+    g = ad.grad(f)(x)
+    np.testing.assert_allclose(g, np.where(np.arange(300) >= 2, 2 * x, 0.0), rtol=1e-12)
+    assert type(made["other"]) is np.ndarray and type(made["int"]) is np.ndarray
+    assert np.zeros is zeros and type(np.zeros(2)) is np.ndarray

@@ -160,7 +160,7 @@ class CapturesMixin:
         gens = caps.generators if caps is not None else ()
         primal, names, multi = self._array_inputs(args)
         try:
-            tape = trace_array_call(self._fun_for_trace(), primal, names, gens, multi)
+            tape = trace_array_call(self._fun_for_trace(), primal, names, gens, multi, self.fun)
         except (Exception, NotArrayLevel) as e:
             self.array_refused = _refusal(e)
             return None

@@ -25,6 +25,7 @@ from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
 from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
+from ..trace.creation import new_arrays_in
 from ..trace.mode import tracing
 from ..trace.tapes import build_tape, graph_roots
 from ..trace.traced import traced_float
@@ -254,13 +255,16 @@ def trace_array_call(
     names: Sequence[str],
     generators: Sequence[tuple] = (),
     multi: bool = False,
+    user: Callable | None = None,
 ) -> ArrayTape:
     """``f`` traced at array level (``trace.arrays``): one node per NumPy call on its
     arguments, whatever their sizes. Raises ``NotArrayLevel`` (or the error ``f``
     raised) where ``f`` does what that level does not take; the caller then traces
     it with :func:`trace_call`. The same draws from random generators are refused.
     ``f`` returns one number, or with ``multi`` arrays and numbers in tuples and
-    lists too (one output per leaf; the tape's ``tree`` says how they nest)."""
+    lists too (one output per leaf; the tape's ``tree`` says how they nest).
+    ``user`` is the user's own function where ``f`` wraps it: new arrays its module
+    makes with NumPy are arrays of the trace (``trace.creation``)."""
     from ..trace import numpy_api  # noqa: F401  (NumPy's functions' rules)
 
     fname = function_name(f)
@@ -273,7 +277,7 @@ def trace_array_call(
             raise NotArrayLevel("an integer argument")
         traced.append(rec.input(np.shape(a)))
     draws = randomness.Watch(generators)
-    with tracing():
+    with tracing(), new_arrays_in(rec, user or f):  # (np.zeros(n), written into)
         out = f(*traced)
     draws.check(fname, captures.code_names(f))
     if multi:

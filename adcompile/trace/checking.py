@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from .arguments import argnum_positions, keyword_is_input, param_names, shape_text
-from .mode import recording
+from .mode import floats_refused, recording
 from .tensor import ValueArray, data
 from .value import Value
 
@@ -215,7 +215,8 @@ def _eager_grad(inner: Transformed, args: tuple, kwargs: dict) -> Any:
     """``f``'s value and gradient by ``Value.backward()``, laid out as the transform's."""
     leaves = [_as_values(a) for a in args]
     kw = {k: _as_values(v) if _dynamic(v) else v for k, v in kwargs.items()}
-    out = _scalar(_quiet(lambda: inner.fun(*leaves, **kw)))
+    with floats_refused():  # (float(v) would cut v off from the gradient)
+        out = _scalar(_quiet(lambda: inner.fun(*leaves, **kw)))
     if isinstance(out, Value):
         _quiet(out.backward)
         value = out.data

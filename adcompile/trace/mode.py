@@ -189,6 +189,21 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
+#: True while check mode runs ``f`` eagerly for its reference gradient: float() of a
+#: Value that depends on the inputs would cut it off from the gradient there.
+FLOAT_REFUSED: ContextVar[bool] = ContextVar("adcompile_float_refused", default=False)
+
+
+@contextlib.contextmanager
+def floats_refused() -> Iterator[None]:
+    """float() / int() / round() of a Value that takes a gradient raise TypeError."""
+    token = FLOAT_REFUSED.set(True)
+    try:
+        yield
+    finally:
+        FLOAT_REFUSED.reset(token)
+
+
 @contextlib.contextmanager
 def _mode(**changes: Any) -> Iterator[Mode]:
     token = MODE.set(MODE.get()._replace(**changes))

@@ -15,7 +15,7 @@ import numbers
 import operator
 from typing import Any
 
-from .mode import MODE, STATIC_HINT, index_error
+from .mode import FLOAT_REFUSED, MODE, STATIC_HINT, index_error
 
 
 class Numeric:
@@ -68,6 +68,8 @@ class Numeric:
     # -- conversions: refused while tracing ---------------------------------
 
     def _frozen(self, how: str, hint: str = "") -> None:
+        if FLOAT_REFUSED.get() and getattr(self, "_rg", False):
+            raise TypeError(f"{how} of a Value that takes a gradient (no gradient flows on)")
         if MODE.get().trace is not None:
             raise TypeError(
                 f"{how} was called on a traced Value: it would freeze the value seen "
