@@ -335,3 +335,18 @@ def test_from_sympy_records_terms_in_the_symbols_order():
     assert sines == [tape.inputs[k] for k in range(12)]
     point = np.linspace(0.1, 1.2, 12)
     assert interpret.evaluate(tape, point)[0] == pytest.approx(np.sum(np.sin(point)), rel=1e-15)
+
+
+def test_to_sympy_of_a_long_sum_is_one_flat_sum():
+    # a sum over 300 rows is a chain of 300 adds on the tape: SymPy gets one flat Add
+    # (a nested one exceeded Python's recursion limit in printing, diff and lambdify)
+    rng = np.random.default_rng(3)
+    X, w = rng.normal(size=(300, 3)), rng.normal(size=3)
+
+    def f(w):
+        return np.mean(np.logaddexp(0.0, -(X @ w))) - np.sum(np.tanh(X @ w))
+
+    expr = ad.to_sympy(f, w)
+    assert len(str(expr)) > 1000
+    syms = sp.symbols("w_0 w_1 w_2")
+    assert float(sp.lambdify(syms, expr)(*w)) == pytest.approx(f(w), rel=1e-12)

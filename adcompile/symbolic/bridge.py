@@ -230,10 +230,20 @@ def tape_to_sympy(tape: Tape, inputs: Sequence[Any] | None = None) -> list[sympy
             d = depth[i] = 1 + max((depth[a] for a in node.args), default=0)
             if d <= EVALUATE_DEPTH:
                 vals[i] = form(*args)
+            elif op.name in ("add", "sub"):  # a long sum: one flat Add, not a deep chain
+                vals[i] = sympy.Add(
+                    *_terms(args[0]), *_terms(args[1], op.name == "sub"), evaluate=False
+                )
             else:
                 with sympy.evaluate(False):
                     vals[i] = form(*args)
     return [vals[o] for o in tape.outputs]
+
+
+def _terms(e: Any, negate: bool = False) -> tuple:
+    """The terms of ``e`` as a sum's (its own where it is an Add), negated or not."""
+    terms = e.args if isinstance(e, sympy.Add) else (e,)
+    return tuple(sympy.Mul(-1, t, evaluate=False) for t in terms) if negate else terms
 
 
 # ------------------------------------------------------------ SymPy -> tape

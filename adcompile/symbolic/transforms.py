@@ -25,7 +25,15 @@ if TYPE_CHECKING:
 
 def to_sympy(f: Callable, *args: Any) -> sympy.Expr:
     """The SymPy expression ``f`` computes at ``args``, in symbols named after its parameters."""
-    return tape_to_sympy(trace(f, *args))[0]
+    tape = trace(f, *args)
+    try:
+        return tape_to_sympy(tape)[0]
+    except RecursionError:
+        raise ValueError(
+            f"to_sympy: the expression of {getattr(f, '__name__', 'f')}() ({tape.n_ops} "
+            "operations) nests too deeply for SymPy; check its gradient with ad.check_grad, "
+            "which compares the compiled code, the tape interpreter and finite differences"
+        ) from None
 
 
 class SymPyGradient:
