@@ -397,3 +397,17 @@ def test_new_arrays_are_numpys_outside_the_trace() -> None:
     np.testing.assert_allclose(g, np.where(np.arange(300) >= 2, 2 * x, 0.0), rtol=1e-12)
     assert type(made["other"]) is np.ndarray and type(made["int"]) is np.ndarray
     assert np.zeros is zeros and type(np.zeros(2)) is np.ndarray
+
+
+def test_jit_of_arrays_and_tuples_at_array_level():
+    def f(X):  # noqa: ANN001, ANN202
+        h = np.tanh(X @ W)
+        return h, (np.sum(h, axis=0), 2.0)
+
+    jf = ad.jit(f)
+    for X_ in (X, X + 0.5):
+        got, want = jf(X_), f(X_)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+        np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-13)
+        assert got[1][1] == 2.0 and isinstance(got[1], tuple)
+    assert _array_level(jf) and jf.traces == 1

@@ -136,3 +136,32 @@ def test_a_rule_without_a_second_derivative_goes_element_by_element() -> None:
     want = central_diff(lambda t: ad.grad(f)(x + t[0] * v), [0.0], [1.0])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
     assert "prod" in ad.explain(hvp)
+
+
+def only_on_arrays(x):  # noqa: ANN001, ANN201
+    """Runs on traced arrays, not on arrays of Values: np.zeros written into (a float
+    array cannot hold a Value) and np.logaddexp.reduce (no loop for objects)."""
+    z = np.zeros(len(x))
+    z[0] = x[0]
+    z[1:] = x[1:] * x[:-1]
+    return np.logaddexp.reduce(z)
+
+
+def test_check_grad_and_sympy_expand_array_nodes_into_elements(monkeypatch) -> None:  # noqa: ANN001
+    import sympy
+
+    from adcompile.api import tracing
+
+    x = RNG.normal(size=5)
+    report = ad.check_grad(only_on_arrays, x)  # raises where the methods disagree
+    assert report.ok and "sympy" in str(report)
+    expr = ad.to_sympy(only_on_arrays, x)
+    syms = sympy.symbols("x_0:5")
+    assert float(expr.subs(dict(zip(syms, x)))) == pytest.approx(only_on_arrays(x), rel=1e-12)
+    tape = ad.trace(only_on_arrays, x)
+    assert tape.evaluate(*x)[0] == pytest.approx(only_on_arrays(x), rel=1e-12)
+    two = lambda x: np.stack([only_on_arrays(x), np.logaddexp.reduce(x**2)])  # noqa: E731
+    ad.check_jacobian(two, x)
+    monkeypatch.setattr(tracing, "EXPAND_MAX", 20)
+    with pytest.raises(ValueError, match="EXPAND_MAX=20"):
+        ad.check_grad(only_on_arrays, x)

@@ -170,8 +170,9 @@ class CapturesMixin:
 
     def _array_inputs(self, args: Sequence[Any]) -> tuple[Sequence[Any], list[str], bool]:
         """What ``fun`` is traced at array level with: its arguments (of the call's),
-        their names, and whether it may return arrays and tuples (else one number)."""
-        return args, self._names(len(args)), False
+        their names, and whether it may return arrays and tuples (jit; else one
+        number)."""
+        return args, self._names(len(args)), self.mode == "jit"
 
     def _batch_rather(self, args: Sequence[Any], tape: ArrayTape) -> bool:
         """Whether code generic in the batch length (``api.batching``) serves ``fun``

@@ -272,6 +272,10 @@ class CompileMixin:
             params = self._params(self._names(len(args)), key)
 
             def build_tree() -> CompiledProgram:
+                if isinstance(tape, ArrayTape):
+                    return pipeline.compile_arrays(
+                        tape, params, *self._fname_doc(), None, self._stages
+                    )
                 from ..backend.compiled import compile_tape  # Numba is imported on first compile
 
                 return compile_tape(tape, params, *self._fname_doc())

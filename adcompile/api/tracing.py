@@ -12,6 +12,7 @@ No transform state here: plain functions of what they are given.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..ir.array_ops import reshape
-from ..ir.arrays import ArrayTape
-from ..ir.outputs import OutLayout, assemble, flatten_output
-from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
+from ..ir.arrays import ArrayOp, ArrayTape
+from ..ir.outputs import OutLayout, assemble, flatten_output, map_leaves
+from ..ir.tape import COMPARE, CONST, INPUT, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
 from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
@@ -293,6 +294,76 @@ def trace_array_call(
     if out.shape:
         out = rec.record(reshape(()), [out])
     return rec.tape([out], list(names))
+
+
+#: An array-level tape is expanded into elements (``trace_expanded``) only where its
+#: nodes hold at most this many numbers in all (each becomes a Value's operation).
+EXPAND_MAX = 200_000
+
+
+class TooLargeToExpand(ValueError):
+    """An array-level tape too large to expand into elements (``trace_expanded``)."""
+
+
+def trace_expanded(f: Callable, args: Sequence[Any], multi: bool = False) -> Tape:
+    """``f``'s element-wise tape, for a function that runs on traced arrays but not on
+    arrays of Values (``np.logaddexp.reduce``, ``z = np.zeros(n)`` written into): it
+    is traced at array level, then each array node is applied to arrays of Values
+    (NumPy's object loops, the op table's rules), so the tape is the one of what its
+    NumPy calls compute, element by element. Raises ``NotArrayLevel`` (or what ``f``
+    raised) where ``f`` is not traced at array level, ``TooLargeToExpand`` where the
+    expansion would exceed ``EXPAND_MAX`` numbers."""
+    names = param_names(f, len(args))
+    arrays = trace_array_call(f, args, names, multi=multi)
+    size = sum(math.prod(s) for s in arrays.shapes)
+    if size > EXPAND_MAX:
+        raise TooLargeToExpand(
+            f"{function_name(f)}() runs on whole arrays only (not element by element), and "
+            f"its {arrays.n_ops} NumPy calls hold {size} numbers, more than "
+            f"EXPAND_MAX={EXPAND_MAX} to expand into elements; check it at a smaller size"
+        )
+
+    def elementwise(*xs: Any) -> Any:
+        vals: list[Any] = [None] * len(arrays.nodes)
+        for i, x in zip(arrays.inputs, xs):
+            vals[i] = np.asarray(x, dtype=object)
+        for i, node in enumerate(arrays.nodes):
+            if node.op == CONST:  # (float arrays as objects: a write puts a Value in)
+                v = node.value
+                floats = isinstance(v, np.ndarray) and v.dtype.kind == "f"
+                vals[i] = v.astype(object) if floats else v
+            elif node.op != INPUT:
+                vals[i] = _on_values(node.op, [vals[a] for a in node.args])
+        outs = [vals[o] for o in arrays.outputs]
+        return assemble(map_leaves(arrays.tree, lambda k, s: k), outs) if multi else outs[0]
+
+    elementwise.__name__ = function_name(f)
+    return trace_call(elementwise, args, (), names, True, multi=multi)
+
+
+def trace_or_expand(f: Callable, args: Sequence[Any], multi: bool = False) -> Tape:
+    """``f``'s element-wise tape (``trace_call``, with its lines), or where ``f`` does
+    not run on arrays of Values, its array-level tape expanded into elements
+    (``trace_expanded``): the tape ``ad.trace``, ``to_sympy`` and the checks read."""
+    try:
+        return trace_call(f, args, sites=True, multi=multi)
+    except Exception as on_values:  # (np.logaddexp.reduce, np.zeros written into)
+        try:
+            return trace_expanded(f, args, multi)
+        except TooLargeToExpand as e:
+            raise e from on_values
+        except (Exception, NotArrayLevel):
+            raise on_values from None
+
+
+def _on_values(op: Any, args: list) -> Any:
+    """One array node applied to arrays of Values (``trace_expanded``)."""
+    if not isinstance(op, ArrayOp):
+        return op(*args)  # (element by element: ops.apply)
+    if op.boolean and any(np.asarray(a).dtype == object for a in args):
+        # (np.isfinite has no loop for objects; on one Value it answers, and guards)
+        return np.frompyfunc(op.eval, op.arity, 1)(*args).astype(bool)
+    return op.eval(*args)
 
 
 def _array_tree(rec: ArrayTrace, out: Any, leaves: list, fname: str) -> Any:

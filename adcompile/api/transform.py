@@ -52,6 +52,7 @@ from .tracing import (
     function_name,
     replay,
     trace_call,
+    trace_or_expand,
     values_like,
 )
 
@@ -478,7 +479,7 @@ def trace(f: Callable, *args: Any) -> Tape:
     if isinstance(f, Transformed):
         f = f.fun
     with gc_paused():
-        return trace_call(f, args, sites=True)
+        return trace_or_expand(f, args)
 
 
 def grad(

@@ -190,7 +190,7 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
 def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
     """Each element's product of the others along ``axes``, without dividing (exact
     where ``x`` holds zeros): exclusive products from the left and the right."""
-    flat = _to_last(np.asarray(x, dtype=float), axes)
+    flat = _to_last(np.asarray(x, dtype=_float(x)), axes)
     left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
     rev = flat[..., ::-1]
     right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
@@ -477,7 +477,7 @@ def div_(a: Any, b: Any) -> Any:
 def added_at(g: Any, shape: Shape, index: tuple) -> np.ndarray:
     """An array of ``shape``, zero but for ``g`` added at ``index`` (repeated indices
     add up)."""
-    z = np.zeros(shape)
+    z = np.zeros(shape, dtype=_float(g))
     if _basic(index):
         z[index] = g
     else:
@@ -485,8 +485,14 @@ def added_at(g: Any, shape: Shape, index: tuple) -> np.ndarray:
     return z
 
 
+def _float(*xs: Any) -> type:
+    """float, or object where an operand holds objects (an array of Values: an array
+    tape expanded into elements, ``api.tracing.trace_expanded``)."""
+    return object if any(np.asarray(x).dtype == object for x in xs) else float
+
+
 def updated(x: Any, index: tuple, v: Any) -> np.ndarray:
     """``x`` with ``x[index] = v``, as a new array."""
-    y = np.array(x, dtype=float)
+    y = np.array(x, dtype=_float(x, v))
     y[index] = v
     return y

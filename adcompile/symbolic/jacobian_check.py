@@ -61,7 +61,7 @@ def check_jacobian(
     (inf or nan) only the compiled modes are compared, and a ``RuntimeWarning`` says so.
     Finite differences and ``max_seconds`` are as in :func:`check_grad`.
     """
-    from ..api.tracing import trace_call
+    from ..api.tracing import trace_or_expand
     from ..ir.outputs import size
 
     tolerances = check_tolerances(
@@ -70,7 +70,7 @@ def check_jacobian(
     clock = Clock(check_seconds("check_jacobian", max_seconds))
     fun, name, many, nums, shapes, positions, labels, point = setup(f, args, argnums)
     sizes = [size(shapes[k] or None) for k in nums]
-    tape = trace_call(fun, args, multi=True)
+    tape = trace_or_expand(fun, args, multi=True)
     outs = _out_labels(name, tape.tree)
     scalar = tape.tree is None
     hessian = scalar if hessian is None else hessian
