@@ -278,7 +278,8 @@ def test_code_for_the_lengths_the_branch_does_not_take():
     assert vg.traces == 2  # the small traces saw the branch, then 64 on its own
     run(vg, eq64, [(40, THETA), (100, OTHER), (17, THETA), (64, OTHER)])
     assert vg.traces == 3  # one generic program for 40, 100 and 17
-    assert "Generic in the batch length n" in vg.code_for(THETA, *data(40))
+    code = vg.code_for(THETA, *data(40))  # (folded loops, or array code, in n)
+    assert "Generic in the batch length n" in code or "_value_and_grad(n, theta" in code
 
 
 def test_slices_of_the_batch_are_guarded_like_python_clips_them():

@@ -11,6 +11,7 @@ agrees with it, run on plain numbers, near the call's point.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,13 +20,19 @@ import numpy as np
 from .. import pipeline
 from ..backend import batch
 from ..backend.program import CompiledProgram
+from ..diff.arrays import grad_tape as array_grad_tape
 from ..diff.reverse import grad_tape
+from ..emit.array_batch import generic_source
+from ..emit.arrays import array_source
 from ..emit.fold import batch_source
+from ..ir.arrays import ArrayTape
 from ..ir.tape import Param, Tape
 from ..trace import captures
-from ..trace.mode import gc_paused
+from ..trace.arrays import NotArrayLevel
+from ..trace.mode import debug_nans_enabled, gc_paused
 from .events import loop_ir_failed
 from .specialisation import Specialisation, keep_first
+from .tracing import trace_array_call
 
 
 class _ShortBatch(Exception):
@@ -150,6 +157,89 @@ class BatchMixin:
         params = self._params(names, skey(ks[-1]))
         gen = batch.BatchCompiled(fname, loops, params, unrolled, ks, guards)
         self._stages["compile"] = gen.timings["compile"]
+        return gen
+
+    def _array_batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
+        """(spec, out, the batch length) from array code generic in the batch length,
+        or None. Made at the second batch length a gradient traced at array level is
+        called at (``_compile_array_batch``); then each length is served without a
+        trace, once the first answer there agrees with ``f`` run on plain numbers."""
+        if (
+            self.mode not in ("grad", "value_and_grad")
+            or not self.array_level
+            or self.array_refused is not None
+            or self.leaves is not None
+            or debug_nans_enabled()
+        ):
+            return None
+        found = batch.batched(key, self._wrt_args(len(args)), min_length=1)
+        if found is None:
+            return None
+        n, which = found
+
+        def gkey(k: tuple) -> tuple:
+            return ("arrays", *((-1, *s[1:]) if i in which else s for i, s in enumerate(k)))
+
+        made = gkey(key) not in self._batches
+        if made:
+            others = [k for k, specs in self._specs.items() if k != key and gkey(k) == gkey(key)]
+            if not any(isinstance(s.tape, ArrayTape) for k in others for s in self._specs[k]):
+                return None  # (the first length: traced as it is)
+            self._batches[gkey(key)] = self._compile_array_batch(key, args, which, n)
+        gen = self._batches[gkey(key)]
+        if gen is None or not gen.serves(n):
+            return None
+        program = gen.at(n, self._params(self._names(len(args)), key))
+        try:
+            ok, out = program(*flat)
+            same = made or self._same_value(args, out[0], flat, program)
+        except Exception:  # (NumPy refused a shape at this length)
+            same = False
+        if not same:
+            gen.refused.add(n)  # (f treats this length otherwise: traced as it is)
+            return None
+        spec = Specialisation(None, program, self._layout(key)[0], self.mode, self._many)
+        keep_first(self._specs, key, spec)
+        return spec, out, n
+
+    def _compile_array_batch(
+        self, key: tuple, args: Sequence[Any], which: list[int], n: int
+    ) -> Any:
+        """Array code for every batch length (``emit.array_batch``), from ``f`` traced
+        at lengths ``n``, ``n + 1`` and ``n + 2`` (shapes only: an array-level trace
+        reads no data); None where those are not one program in the length."""
+        from ..backend.arrays import ArrayBatchCompiled
+
+        clock = time.perf_counter()
+        names, (fname, doc) = self._names(len(args)), self._fname_doc()
+        wrt = self._wrt_args(len(args))
+        gens = self._caps.generators if self._caps is not None else ()
+        lengths = (n, n + 1, n + 2)
+        sources, consts, tapes = [], [], []
+        for m in lengths:
+            shaped = [
+                np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
+            ]
+            mkey = tuple((m, *s[1:]) if k in which else s for k, s in enumerate(key))
+            fun = self._fun_for_trace()
+            try:
+                tape = trace_array_call(fun, shaped, names, gens, False, self.fun)
+            except (Exception, NotArrayLevel):
+                return None
+            code = array_grad_tape(tape, wrt)
+            src, used = array_source(code, self._params(names, mkey), fname, doc)
+            sources.append(src)
+            consts.append(used)
+            tapes.append(code)
+        if self._caps is not None and self._caps.watched:
+            self._caps.settle()
+        self.traces += 1
+        self._stages = {"trace at three lengths": time.perf_counter() - clock}
+        made = generic_source(sources, consts, n)
+        if made is None:
+            return None
+        gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths)
+        self._stages.update(gen.timings)
         return gen
 
     def _same_value(

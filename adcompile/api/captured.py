@@ -139,7 +139,8 @@ class CapturesMixin:
         return self._trace_captured(fun, args, (), names, sites, True, multi)
 
     def _trace_arrays(self, args: Sequence[Any], small: bool = False) -> ArrayTape | None:
-        """The array-level tape of ``fun`` at ``args`` (``tracing.trace_array_call``), or
+        """The array-level tape of ``fun`` at ``args`` (``tracing.trace_array_call``;
+        its ``batch_rather`` says whether batch-generic code is tried first), or
         None: where ``array_level`` is off, the arrays hold fewer than
         ``ARRAY_LEVEL_MIN`` numbers in all (unless ``small``: after tracing element
         by element failed), ``fun`` reads a model's Values, or it does what that level
@@ -166,7 +167,8 @@ class CapturesMixin:
             return None
         if caps is not None and caps.watched:
             caps.settle()
-        return None if not small and self._batch_rather(args, tape) else tape
+        tape.batch_rather = not small and self._batch_rather(args, tape)
+        return tape
 
     def _array_inputs(self, args: Sequence[Any]) -> tuple[Sequence[Any], list[str], bool]:
         """What ``fun`` is traced at array level with: its arguments (of the call's),
@@ -177,10 +179,13 @@ class CapturesMixin:
     def _batch_rather(self, args: Sequence[Any], tape: ArrayTape) -> bool:
         """Whether code generic in the batch length (``api.batching``) serves ``fun``
         better than its array code: it has rows of data to be generic in, selects
-        nothing by data (``where``, masks, comparisons: guards element by element),
-        and its other arrays are small (they are traced element by element there)."""
+        nothing by data (``where``, masks, comparisons, ``np.max``: guards element by
+        element), and its other arrays are small (they are traced element by element
+        there). The array code is kept for where that code cannot be made."""
         if self.mode not in ("grad", "value_and_grad") or any(tape.booleans):
             return False
+        if any(n.op.name.startswith(("max[", "min[")) for n in tape.nodes if n.args):
+            return False  # (np.max of Values compares them: a guard per element)
         shapes = [np.shape(a) if isinstance(a, np.ndarray) else None for a in args]
         found = batch.batched(shapes, self._wrt_args(len(args)), min_length=1)
         if found is None:

@@ -75,10 +75,13 @@ class CompileMixin:
             self._stages = {}
             batches = dict(self._batches)
             with gc_paused():
-                arrays = self._trace_arrays(args)  # None: f is traced element by element
-            self._stages = {"trace": time.perf_counter() - clock} if arrays is not None else {}
+                found = self._array_batch_call(key, args, flat)  # (no trace)
+                arrays = None if found is not None else self._trace_arrays(args)
+            if found is None:  # (arrays None: f is traced element by element)
+                self._stages = {"trace": time.perf_counter() - clock} if arrays is not None else {}
             try:
-                found = None if arrays is not None else self._batch_call(key, args, flat)
+                if found is None and (arrays is None or arrays.batch_rather):
+                    found = self._batch_call(key, args, flat)
                 spec = None if found is not None else self._specialise_traced(key, args, arrays)
             except Exception:
                 if arrays is not None:

@@ -41,7 +41,7 @@ def summary(facts: CodeFacts) -> str:
     if facts.how:
         return f"{facts.how}; {arrays}" if facts.kind == "arrays" else facts.how
     if facts.kind == "arrays":
-        return arrays
+        return "one program for every batch length, " + arrays if facts.generic else arrays
     if facts.kind == "straight-line":
         return "Straight-line code"
     return f"{facts.slots} slots, run on the compiled tape interpreter"

@@ -126,3 +126,71 @@ class ArrayBasisCompiled(CompiledProgram):
 
     def _make_numba(self) -> Any:
         return self.one._make_numba()
+
+
+class ArrayBatchCompiled:
+    """Array code for every batch length (``emit.array_batch``): ``fn(n, *args, out)``.
+    Not a program of its own: :meth:`at` makes the program of one length. It serves
+    the lengths at least the first it was made at, but for those where its first
+    answer disagreed with ``f`` run on plain numbers (``refused``)."""
+
+    def __init__(
+        self, source: str, names: dict, fname: str, tape: ArrayTape, lengths: tuple
+    ) -> None:
+        clock = time.perf_counter()
+        self.source, self.lengths, self.tape = source, lengths, tape  # (tape: at lengths[0])
+        self.n_out = sum(out_sizes(tape))
+        ops = tape.n_ops
+        self.fn = getattr(loader.load(source, fname, {"np": np, **names}), fname)
+        self.refused: set[int] = set()
+        self.explanation = (
+            f"Array code for every batch length n (traced at {', '.join(map(str, lengths))}): "
+            f"{ops} NumPy calls on whole arrays, one statement each."
+        )
+        self.facts = CodeFacts("arrays", ops, ops, slots=ops, generic=True)
+        self.timings = {"generate and load": time.perf_counter() - clock}
+
+    def serves(self, n: int) -> bool:
+        """Whether it answers for batch length ``n`` (a length of 1 broadcasts as no
+        other does: it is traced as it is)."""
+        return n >= 2 and n not in self.refused
+
+    def at(self, n: int, params: list[Param]) -> ArrayAtLength:
+        return ArrayAtLength(self, n, params)
+
+
+class ArrayAtLength(CompiledProgram):
+    """:class:`ArrayBatchCompiled` run at one batch length ``n``."""
+
+    def __init__(self, generic: ArrayBatchCompiled, n: int, params: list[Param]) -> None:
+        self.generic, self.n, self.params = generic, n, list(params)
+        self.n_out, self.source = generic.n_out, generic.source
+        self.explanation, self.facts = generic.explanation, generic.facts
+        self.timings = dict(generic.timings)
+
+    def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        out = np.empty(self.n_out)
+        self.generic.fn(self.n, *args, out)
+        return True, out
+
+    @property
+    def tape(self) -> ArrayTape:
+        """The array tape at the first length it was made at."""
+        return self.generic.tape
+
+    @property
+    def native(self) -> NativeCall | None:
+        return None
+
+    def visit(self, visitor: ProgramVisitor[T]) -> T:
+        return visitor.arrays(self, self.generic.tape)
+
+    def _guard_checks(self) -> tuple:
+        return ()
+
+    def _make_numba(self) -> Any:
+        raise TypeError(
+            "this specialisation is array code (NumPy calls on whole arrays), which has no "
+            "Numba function yet; vg.numba(*example_args) traces the function element by "
+            "element for it"
+        )

@@ -158,6 +158,8 @@ class ArrayTape(Tape):
         self.booleans = list(booleans)
         # in a value-and-gradient tape, the first slot of the adjoint (None: none)
         self.adjoint_from: int | None = None
+        # whether the caller tries code generic in the batch length first (api.captured)
+        self.batch_rather = False
 
     def statement(self, i: int) -> str:
         text = super().statement(i) if self.nodes[i].op != CONST else self._const(i)
