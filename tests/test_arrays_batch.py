@@ -1,10 +1,10 @@
 """Array code generic in the batch length: one program for every number of rows.
 
-A gradient traced at array level is traced again at its second batch length,
-at that length and the next two (shapes only), and the three NumPy sources are
-made one program in n (``emit.array_batch``). Every later length runs it
-without a trace, once its first answer there agrees with the function run on
-plain numbers. Each answer is held against a hand-derived gradient, central
+A gradient traced at array level whose data arguments share a leading length
+is traced, at its first call, at that length and the next two (shapes only),
+and the three NumPy sources are made one program in n (``emit.array_batch``).
+Every other length runs it without a trace, once its first answer there agrees
+with the function run on plain numbers. Each answer is held against a hand-derived gradient, central
 differences, or plain NumPy, at every length.
 """
 
@@ -57,7 +57,7 @@ def test_one_program_serves_every_batch_length() -> None:
             p = np.exp(z - z.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
             np.testing.assert_allclose(g2, h.T @ (p - Y) / n, rtol=1e-10, atol=1e-13)
-    assert vg.traces == 2  # the first length, then the three that made the program
+    assert vg.traces == 1  # at the first call: its length and the next two, one program
     assert "served by the code generic in the batch length" in ad.explain(vg)
     assert "def softmax_mlp_value_and_grad(n, " in vg.source
 

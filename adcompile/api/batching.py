@@ -25,11 +25,10 @@ from ..diff.reverse import grad_tape
 from ..emit.array_batch import generic_source
 from ..emit.arrays import array_source
 from ..emit.fold import batch_source
-from ..ir.arrays import ArrayTape
 from ..ir.tape import Param, Tape
 from ..trace import captures
 from ..trace.arrays import NotArrayLevel
-from ..trace.mode import debug_nans_enabled, gc_paused
+from ..trace.mode import gc_paused
 from .events import loop_ir_failed
 from .specialisation import Specialisation, keep_first
 from .tracing import trace_array_call
@@ -42,7 +41,9 @@ class _ShortBatch(Exception):
 class BatchMixin:
     """Code generic in the batch length, for gradients (see the module)."""
 
-    def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
+    def _batch_call(
+        self, key: tuple, args: Sequence[Any], flat: list, create: bool = True
+    ) -> tuple | None:
         """(spec, out, the batch length) from code generic in the batch length, or None.
 
         Only for gradients: their data arguments (those not differentiated) are
@@ -56,6 +57,8 @@ class BatchMixin:
         n, which = found
         gkey = tuple((-1, *s[1:]) if k in which else s for k, s in enumerate(key))
         gen = self._batches.get(gkey)
+        if gen is None and not create:
+            return None  # (only the code made already)
         if gen is None:
             if gkey in self._batches or n < batch.MIN_LENGTH:  # tried: not one program
                 return None
@@ -63,6 +66,8 @@ class BatchMixin:
             return None  # shorter than any length traced, or its branches on n differ here
         params = self._params(self._names(len(args)), key)
         program = None if gen is None else gen.at(n, params)
+        if program is None and not create:
+            return None
         if program is None:  # no code yet (none tried, or a batch.Deferred)
             gen = self._batches[gkey] = self._compile_batch(key, args, which, n)
             program = None if gen is None else gen.at(n, params)
@@ -161,32 +166,23 @@ class BatchMixin:
 
     def _array_batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
         """(spec, out, the batch length) from array code generic in the batch length,
-        or None. Made at the second batch length a gradient traced at array level is
-        called at (``_compile_array_batch``); then each length is served without a
-        trace, once the first answer there agrees with ``f`` run on plain numbers."""
-        if (
-            self.mode not in ("grad", "value_and_grad")
-            or not self.array_level
-            or self.array_refused is not None
-            or self.leaves is not None
-            or debug_nans_enabled()
-        ):
+        or None. Made at the first call of a gradient traced at array level whose
+        data arguments share a leading length (``_compile_array_batch``); each other
+        length is then served without a trace, once the first answer there agrees
+        with ``f`` run on plain numbers."""
+        if self.mode not in ("grad", "value_and_grad") or not self._array_level_wanted(args, True):
             return None
-        found = batch.batched(key, self._wrt_args(len(args)), min_length=1)
+        found = batch.batched(key, self._wrt_args(len(args)), min_length=2)
         if found is None:
             return None
         n, which = found
-
-        def gkey(k: tuple) -> tuple:
-            return ("arrays", *((-1, *s[1:]) if i in which else s for i, s in enumerate(k)))
-
-        made = gkey(key) not in self._batches
+        gkey = ("arrays", *((-1, *s[1:]) if i in which else s for i, s in enumerate(key)))
+        made = gkey not in self._batches
+        if made and not self._array_level_wanted(args):
+            return None  # (too small to begin with; once made, it serves small lengths too)
         if made:
-            others = [k for k, specs in self._specs.items() if k != key and gkey(k) == gkey(key)]
-            if not any(isinstance(s.tape, ArrayTape) for k in others for s in self._specs[k]):
-                return None  # (the first length: traced as it is)
-            self._batches[gkey(key)] = self._compile_array_batch(key, args, which, n)
-        gen = self._batches[gkey(key)]
+            self._batches[gkey] = self._compile_array_batch(key, args, which, n)
+        gen = self._batches[gkey]
         if gen is None or not gen.serves(n):
             return None
         program = gen.at(n, self._params(self._names(len(args)), key))
@@ -207,7 +203,8 @@ class BatchMixin:
     ) -> Any:
         """Array code for every batch length (``emit.array_batch``), from ``f`` traced
         at lengths ``n``, ``n + 1`` and ``n + 2`` (shapes only: an array-level trace
-        reads no data); None where those are not one program in the length."""
+        reads no data); None where those are not one program in the length (then
+        ``f`` is traced at each length as it is)."""
         from ..backend.arrays import ArrayBatchCompiled
 
         clock = time.perf_counter()
@@ -225,7 +222,7 @@ class BatchMixin:
             try:
                 tape = trace_array_call(fun, shaped, names, gens, False, self.fun)
             except (Exception, NotArrayLevel):
-                return None
+                return None  # (the trace of the call's own length says why, if it fails)
             code = array_grad_tape(tape, wrt)
             src, used = array_source(code, self._params(names, mkey), fname, doc)
             sources.append(src)

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from ..backend import batch
 from ..ir.arrays import ArrayTape
 from ..ir.tape import Tape
 from ..trace import captures
@@ -138,17 +137,11 @@ class CapturesMixin:
             return self._trace_captured(fun, args[1:], leaves, names[1:], sites, True, multi)
         return self._trace_captured(fun, args, (), names, sites, True, multi)
 
-    def _trace_arrays(self, args: Sequence[Any], small: bool = False) -> ArrayTape | None:
-        """The array-level tape of ``fun`` at ``args`` (``tracing.trace_array_call``;
-        its ``batch_rather`` says whether batch-generic code is tried first), or
-        None: where ``array_level`` is off, the arrays hold fewer than
-        ``ARRAY_LEVEL_MIN`` numbers in all (unless ``small``: after tracing element
-        by element failed), ``fun`` reads a model's Values, or it does what that level
-        does not take (``array_refused`` then says what, and this transform traces
-        element by element from then on)."""
+    def _array_level_wanted(self, args: Sequence[Any], small: bool = False) -> bool:
+        """Whether ``fun`` is traced at array level at ``args`` (``_trace_arrays``)."""
         caps = self._caps
         sizes = [a.size for a in self._visible(args) if isinstance(a, np.ndarray) and a.ndim]
-        if (
+        return not (
             not self.array_level
             or debug_nans_enabled()  # (the element-wise tape names the op that made a nan)
             or self.array_refused is not None
@@ -156,7 +149,17 @@ class CapturesMixin:
             or (caps is not None and caps.outer)
             or not sizes
             or (sum(sizes) < ARRAY_LEVEL_MIN and not small)
-        ):
+        )
+
+    def _trace_arrays(self, args: Sequence[Any], small: bool = False) -> ArrayTape | None:
+        """The array-level tape of ``fun`` at ``args`` (``tracing.trace_array_call``), or
+        None: where ``array_level`` is off, the arrays hold fewer than
+        ``ARRAY_LEVEL_MIN`` numbers in all (unless ``small``: after tracing element
+        by element failed), ``fun`` reads a model's Values, or it does what that level
+        does not take (``array_refused`` then says what, and this transform traces
+        element by element from then on)."""
+        caps = self._caps
+        if not self._array_level_wanted(args, small):
             return None
         gens = caps.generators if caps is not None else ()
         primal, names, multi = self._array_inputs(args)
@@ -167,7 +170,6 @@ class CapturesMixin:
             return None
         if caps is not None and caps.watched:
             caps.settle()
-        tape.batch_rather = not small and self._batch_rather(args, tape)
         return tape
 
     def _array_inputs(self, args: Sequence[Any]) -> tuple[Sequence[Any], list[str], bool]:
@@ -175,23 +177,6 @@ class CapturesMixin:
         their names, and whether it may return arrays and tuples (jit; else one
         number)."""
         return args, self._names(len(args)), self.mode == "jit"
-
-    def _batch_rather(self, args: Sequence[Any], tape: ArrayTape) -> bool:
-        """Whether code generic in the batch length (``api.batching``) serves ``fun``
-        better than its array code: it has rows of data to be generic in, selects
-        nothing by data (``where``, masks, comparisons, ``np.max``: guards element by
-        element), and its other arrays are small (they are traced element by element
-        there). The array code is kept for where that code cannot be made."""
-        if self.mode not in ("grad", "value_and_grad") or any(tape.booleans):
-            return False
-        if any(n.op.name.startswith(("max[", "min[")) for n in tape.nodes if n.args):
-            return False  # (np.max of Values compares them: a guard per element)
-        shapes = [np.shape(a) if isinstance(a, np.ndarray) else None for a in args]
-        found = batch.batched(shapes, self._wrt_args(len(args)), min_length=1)
-        if found is None:
-            return False
-        rest = sum(a.size for k, a in enumerate(args) if shapes[k] and k not in found[1])
-        return rest < ARRAY_LEVEL_MIN
 
     def _trace_captured(self, fun: Callable, args: Sequence[Any], *rest: Any) -> Tape:
         """``trace_call(fun, args, *rest)`` with what ``fun`` reads from outside (its

@@ -76,11 +76,13 @@ class CompileMixin:
             batches = dict(self._batches)
             with gc_paused():
                 found = self._array_batch_call(key, args, flat)  # (no trace)
+                if found is None:  # batch-generic code made already (no trace)
+                    found = self._batch_call(key, args, flat, create=False)
                 arrays = None if found is not None else self._trace_arrays(args)
             if found is None:  # (arrays None: f is traced element by element)
                 self._stages = {"trace": time.perf_counter() - clock} if arrays is not None else {}
             try:
-                if found is None and (arrays is None or arrays.batch_rather):
+                if found is None and arrays is None:
                     found = self._batch_call(key, args, flat)
                 spec = None if found is not None else self._specialise_traced(key, args, arrays)
             except Exception:

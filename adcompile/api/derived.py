@@ -119,7 +119,9 @@ class Derived(Transformed):
 
     # ---- compiling
 
-    def _batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> None:
+    def _batch_call(
+        self, key: tuple, args: Sequence[Any], flat: list, create: bool = True
+    ) -> None:
         return None  # each shape is traced (no batch-generic code for these yet)
 
     def _check_vector(self, key: tuple) -> None:

@@ -97,7 +97,8 @@ _FORMS: dict[int, tuple[Callable, str]] = {}
 def numpy_form(op: Op) -> tuple[Callable, str]:
     """How scalar ``op`` applies to float arrays: (function, the name generated code
     calls it by). NumPy's ufunc of its name or alias where NumPy has one, else
-    ``np.vectorize`` of its ``eval``, named after the op (``sigmoid``)."""
+    its ``array`` form (``sigmoid``), else ``np.vectorize`` of its ``eval``, named after
+    the op (``sigmoid_``)."""
     form = _FORMS.get(id(op))
     if form is None:
         for name in (op.name, *op.ufuncs):
@@ -106,7 +107,8 @@ def numpy_form(op: Op) -> tuple[Callable, str]:
                 form = (uf, f"np.{name}")
                 break
         else:
-            form = (np.vectorize(op.eval, otypes=[float]), f"{op.name}_")
+            fn = op.array or np.vectorize(op.eval, otypes=[float])
+            form = (fn, f"{op.name}_")
         _FORMS[id(op)] = form
     return form
 
@@ -158,8 +160,6 @@ class ArrayTape(Tape):
         self.booleans = list(booleans)
         # in a value-and-gradient tape, the first slot of the adjoint (None: none)
         self.adjoint_from: int | None = None
-        # whether the caller tries code generic in the batch length first (api.captured)
-        self.batch_rather = False
 
     def statement(self, i: int) -> str:
         text = super().statement(i) if self.nodes[i].op != CONST else self._const(i)

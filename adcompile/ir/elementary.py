@@ -53,6 +53,16 @@ def _sigmoid(x: float) -> float:
     return x  # nan
 
 
+def _sigmoid_array(x: Any) -> Any:
+    """``_sigmoid`` on float arrays: the same formula on either side of 0."""
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0.0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _softplus_array(x: Any) -> Any:
+    return np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0.0)
+
+
 def _softplus(x: float) -> float:
     if math.isinf(x):
         return x if x > 0 else 0.0
@@ -435,6 +445,7 @@ defop(
     lambda sp, a: 1 / (1 + sp.exp(-a)),
     domain=(-6.0, 6.0),
     c="(1.0 / (1.0 + exp(-{0})))",
+    array=_sigmoid_array,
 )
 defop(
     "softplus",
@@ -445,4 +456,5 @@ defop(
     lambda sp, a: sp.log(1 + sp.exp(a)),
     domain=(-6.0, 6.0),
     c="(log1p(exp(-fabs({0}))) + (0.0 > {0} ? 0.0 : {0}))",
+    array=_softplus_array,
 )

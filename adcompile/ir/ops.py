@@ -77,6 +77,9 @@ class Op:
     method: bool = field(default=True, compare=False)
     # NumPy's ufuncs of other names that apply it (``np.subtract`` is sub)
     ufuncs: tuple[str, ...] = field(default=(), compare=False)
+    # where NumPy has no ufunc of it: its form on float arrays, in NumPy calls (array
+    # code calls it; else it would be ``np.vectorize`` of ``eval``, a Python call each)
+    array: Callable[..., Any] | None = field(default=None, compare=False)
 
     def __call__(self, *args: Any) -> Any:
         return apply(self, *args)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +41,16 @@ def _step(x: float) -> float:
 
 def _relu(x: float) -> float:
     return x if x > 0.0 else (0.0 if x == x else x)
+
+
+def _step_array(x: Any) -> Any:
+    """``_step`` on float arrays (nan stays nan)."""
+    return np.where(x > 0.0, 1.0, np.where(x == x, 0.0, x))
+
+
+def _relu_array(x: Any) -> Any:
+    """``_relu`` on float arrays (nan stays nan; -0.0 gives 0.0)."""
+    return np.where((x > 0.0) | (x != x), x, 0.0)
 
 
 def _maximum(a: float, b: float) -> float:
@@ -109,6 +120,7 @@ defop(
     lambda sp, a: sp.Max(a, 0),
     smooth=False,
     c="(0.0 > {0} ? 0.0 : {0})",
+    array=_relu_array,
 )
 # maximum/minimum split a tie evenly between both arguments, as PyTorch does.
 defop(
@@ -159,6 +171,7 @@ defop(
     lambda sp, a: sp.Heaviside(a, 0),
     smooth=False,
     c="({0} > 0.0 ? 1.0 : 0.0)",
+    array=_step_array,
 )
 
 
