@@ -411,3 +411,24 @@ def test_jit_of_arrays_and_tuples_at_array_level():
         np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-13)
         assert got[1][1] == 2.0 and isinstance(got[1], tuple)
     assert _array_level(jf) and jf.traces == 1
+
+
+@pytest.mark.parametrize(
+    "split",
+    [
+        lambda x: np.split(x[:10], 5),
+        lambda x: np.array_split(x, 3),
+        lambda x: np.split(x, [2, 7, 20]),
+        lambda x: np.split(x.reshape(1, 11), [4], axis=1),
+    ],
+)
+def test_split_into_parts(split) -> None:  # noqa: ANN001
+    def f(x):  # noqa: ANN001, ANN202
+        return sum(np.sum(np.sin(p) * p) * (k + 1) for k, p in enumerate(split(x)))
+
+    x = RNG.normal(size=11)
+    vg = ad.value_and_grad(f)
+    v, g = vg(x)
+    assert _array_level(vg) and v == pytest.approx(f(x), rel=1e-13)
+    d = RNG.normal(size=11)
+    assert float(g @ d) == pytest.approx(central_diff(f, x, d), rel=1e-7, abs=1e-9)

@@ -4,8 +4,8 @@ A gradient traced at array level whose data arguments share a leading length
 is traced, at its first call, at that length and the next two (shapes only),
 and the three NumPy sources are made one program in n (``emit.array_batch``).
 Every other length runs it without a trace, once its first answer there agrees
-with the function run on plain numbers. Each answer is held against a hand-derived gradient, central
-differences, or plain NumPy, at every length.
+with the function run on plain numbers. Each answer is held against a
+hand-derived gradient, central differences, or plain NumPy, at every length.
 """
 
 from __future__ import annotations

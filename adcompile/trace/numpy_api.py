@@ -387,6 +387,34 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):  # n
     return t.record(A.concatenate(ax, len(xs)), xs)
 
 
+def _split(ary: Any, sections: Any, axis: int, equal: bool) -> list:
+    x = _as(ary)
+    (ax,) = A.normal_axes(axis, x.ndim)
+    n = x.shape[ax]
+    if isinstance(sections, (numbers.Integral, np.integer)):
+        k = int(sections)
+        if k <= 0:
+            raise ValueError("number sections must be larger than 0.")
+        if equal and n % k:
+            raise ValueError("array split does not result in an equal division")
+        each, extra = divmod(n, k)
+        bounds = np.cumsum([0] + [each + 1] * extra + [each] * (k - extra)).tolist()
+    else:
+        bounds = [0, *(int(i) for i in sections), n]
+    lead = (slice(None),) * ax
+    return [x[(*lead, slice(a, b))] for a, b in zip(bounds, bounds[1:])]
+
+
+@_handles(np.split)
+def split(ary, indices_or_sections, axis=0):  # noqa: ANN001, ANN201
+    return _split(ary, indices_or_sections, axis, True)
+
+
+@_handles(np.array_split)
+def array_split(ary, indices_or_sections, axis=0):  # noqa: ANN001, ANN201
+    return _split(ary, indices_or_sections, axis, False)
+
+
 @_handles(np.stack)
 def stack(arrays, axis=0, out=None, dtype=None, casting="same_kind"):  # noqa: ANN001, ANN201
     _refuse("stack", out=out, dtype=dtype)
