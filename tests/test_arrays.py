@@ -432,3 +432,14 @@ def test_split_into_parts(split) -> None:  # noqa: ANN001
     assert _array_level(vg) and v == pytest.approx(f(x), rel=1e-13)
     d = RNG.normal(size=11)
     assert float(g @ d) == pytest.approx(central_diff(f, x, d), rel=1e-7, abs=1e-9)
+
+
+@pytest.mark.parametrize("n", [5, 20])
+def test_a_numpy_function_without_a_rule_is_named(n: int) -> None:
+    # no array-level rule, and NumPy's own refuses arrays of Values: the error names it
+    A = RNG.normal(size=(n, n)) + 10 * np.eye(n)
+    with pytest.raises(TypeError, match=r"np\.linalg\.inv.*docs/api\.md") as info:
+        ad.grad(lambda X: np.sum(np.linalg.inv(X)))(A)
+    assert "UFuncTypeError" in str(info.value)  # (NumPy's own message, kept)
+    with pytest.raises(TypeError, match=r"np\.fft\.fft"):
+        ad.value_and_grad(lambda x: np.sum(np.abs(np.fft.fft(x))))(A[0])

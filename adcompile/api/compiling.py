@@ -85,13 +85,13 @@ class CompileMixin:
                 if found is None and arrays is None:
                     found = self._batch_call(key, args, flat)
                 spec = None if found is not None else self._specialise_traced(key, args, arrays)
-            except Exception:
+            except Exception as on_values:
                 if arrays is not None:
                     raise
                 # what fails on Values may work on arrays (np.var of an object array)
                 arrays = self._trace_arrays(args, small=True)
                 if arrays is None:
-                    raise
+                    raise self._unsupported(on_values) from on_values
                 self._stages = {"trace": time.perf_counter() - clock}
                 found, spec = None, self._specialise_traced(key, args, arrays)
             if found is not None:
@@ -112,6 +112,24 @@ class CompileMixin:
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
         return spec, out
+
+    def _unsupported(self, e: Exception) -> Exception:
+        """``e``, raised tracing element by element, or where the array level refused
+        a NumPy function it has no rule for, and NumPy refused arrays of Values (a
+        TypeError from NumPy's C code), an error that names that function."""
+        why = self.array_refused or ""
+        if not why.endswith("has no array-level rule") or not isinstance(
+            e, (TypeError, AttributeError)
+        ):
+            return e
+        name = why.removesuffix(" has no array-level rule")
+        return TypeError(
+            f"{self._name}() calls {name}, which adcompile cannot differentiate: it has no "
+            f"array-level rule, and NumPy's {name} does not run on arrays of traced Values "
+            f"({type(e).__name__}: {e}). The NumPy functions adcompile traces are listed "
+            "in docs/api.md (NumPy code on whole arrays); for another, write it with those "
+            "(or give it a derivative rule of your own: ad.primitive)"
+        )
 
     # ---- why a call compiles (ad.explain)
 

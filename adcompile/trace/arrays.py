@@ -40,6 +40,13 @@ from ..ir.ops import OPERATORS, Op
 from ..ir.tape import CONST, INPUT, Node
 
 
+def numpy_name(func: Any) -> str:
+    """A NumPy function's name as a user writes it (``np.linalg.inv``, ``np.sum``)."""
+    parts = (getattr(func, "__module__", None) or "numpy").split(".")
+    public = [p for p in parts[1:] if not p.startswith("_")] if parts[0] == "numpy" else parts
+    return ".".join(["np", *public, getattr(func, "__name__", str(func))])
+
+
 class NotArrayLevel(BaseException):  # noqa: N818 - a signal, not an error
     """The function does something array-level tracing does not take (the reason)."""
 
@@ -363,7 +370,7 @@ class ArrayValue:
     def __array_function__(self, func: Callable, types: Any, args: Any, kwargs: Any) -> Any:
         handler = HANDLED.get(func)
         if handler is None:
-            raise NotArrayLevel(f"np.{getattr(func, '__name__', func)} has no array-level rule")
+            raise NotArrayLevel(f"{numpy_name(func)} has no array-level rule")
         return handler(*args, **kwargs)
 
     # ---- NumPy's methods
