@@ -1,8 +1,9 @@
 """Array code generic in the batch length: one program for every number of rows.
 
 A gradient traced at array level whose data arguments share a leading length
-is traced, at its first call, at that length and the next two (shapes only),
-and the three NumPy sources are made one program in n (``emit.array_batch``).
+is traced, at its first call, at that length, the next two and a far one
+(shapes only), and the four NumPy sources are made one program in n
+(``emit.array_batch``).
 Every other length runs it without a trace, once its first answer there agrees
 with the function run on plain numbers. Each answer is held against a
 hand-derived gradient, central differences, or plain NumPy, at every length.
@@ -18,7 +19,7 @@ from conftest import central_diff
 
 import adcompile as ad
 from adcompile.api import captured
-from adcompile.emit.array_batch import generic_source
+from adcompile.emit.array_batch import generic_source, lengths
 
 RNG = np.random.default_rng(11)
 W1, B1, W2 = RNG.normal(size=(8, 5)), RNG.normal(size=5), RNG.normal(size=(5, 3))
@@ -57,14 +58,14 @@ def test_one_program_serves_every_batch_length() -> None:
             p = np.exp(z - z.max(axis=1, keepdims=True))
             p /= p.sum(axis=1, keepdims=True)
             np.testing.assert_allclose(g2, h.T @ (p - Y) / n, rtol=1e-10, atol=1e-13)
-    assert vg.traces == 1  # at the first call: its length and the next two, one program
+    assert vg.traces == 1  # at the first call: four lengths made one program
     assert "served by the code generic in the batch length" in ad.explain(vg)
     assert "def softmax_mlp_value_and_grad(n, " in vg.source
 
 
 def test_a_branch_on_the_length_is_traced_as_it_is() -> None:
     def f(w, X):  # noqa: ANN001, ANN202
-        scale = 2.0 if len(X) > 350 else 1.0  # what three lengths near 300 cannot see
+        scale = 2.0 if 350 < len(X) < 500 else 1.0  # what the lengths traced do not see
         return scale * np.sum(np.tanh(X @ w) ** 2) / len(X)
 
     vg = ad.value_and_grad(f)
@@ -77,6 +78,22 @@ def test_a_branch_on_the_length_is_traced_as_it_is() -> None:
         scale = 2.0 if n > 350 else 1.0
         np.testing.assert_allclose(g, scale * X.T @ (2 * t * (1 - t**2)) / n, rtol=1e-10)
     assert "batch length 400" not in ad.explain(vg)  # (its first answer disagreed)
+
+
+def test_a_count_that_stops_following_the_length() -> None:
+    def f(w, X):  # noqa: ANN001, ANN202
+        k = min(len(X), 302)  # n near 300, not at the far length traced
+        return np.sum((X[:k] @ w) ** 2) / k
+
+    vg = ad.value_and_grad(f)
+    w = RNG.normal(size=4)
+    for n in (300, 400, 301):
+        X = RNG.normal(size=(n, 4))
+        v, g = vg(w, X)
+        k = min(n, 302)
+        assert v == pytest.approx(f(w, X), rel=1e-12)
+        np.testing.assert_allclose(g, 2 * X[:k].T @ (X[:k] @ w) / k, rtol=1e-10)
+    assert "one program for every" not in ad.explain(vg)  # (traced at each length)
 
 
 def test_data_of_the_batch_length_read_from_outside() -> None:
@@ -101,9 +118,9 @@ def test_the_numbers_that_follow_the_length() -> None:
     src = [
         f"def f(x, out):\n    v = np.reshape(x, ({m}, 2))\n    w = v / {float(m)!r}\n"
         f"    u = v * {1.0 / m!r} + c\n    out[0] = {m + 3}\n"
-        for m in (n, n + 1, n + 2)
+        for m in lengths(n)
     ]
-    names = [{"c": np.full((m, 2), 0.5 / m)} for m in (n, n + 1, n + 2)]
+    names = [{"c": np.full((m, 2), 0.5 / m)} for m in lengths(n)]
     source, kept = generic_source(src, names, n)
     assert "def f(n, x, out)" in source and kept == {}
     assert "(n, 2)" in source and "v / float(n)" in source and "(1.0 / n)" in source

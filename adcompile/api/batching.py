@@ -22,7 +22,7 @@ from ..backend import batch
 from ..backend.program import CompiledProgram
 from ..diff.arrays import grad_tape as array_grad_tape
 from ..diff.reverse import grad_tape
-from ..emit.array_batch import generic_source
+from ..emit.array_batch import generic_source, lengths
 from ..emit.arrays import array_source
 from ..emit.fold import batch_source
 from ..ir.tape import Param, Tape
@@ -202,18 +202,17 @@ class BatchMixin:
         self, key: tuple, args: Sequence[Any], which: list[int], n: int
     ) -> Any:
         """Array code for every batch length (``emit.array_batch``), from ``f`` traced
-        at lengths ``n``, ``n + 1`` and ``n + 2`` (shapes only: an array-level trace
-        reads no data); None where those are not one program in the length (then
-        ``f`` is traced at each length as it is)."""
+        at lengths ``n``, ``n + 1``, ``n + 2`` and ``2 n + 5`` (shapes only: an
+        array-level trace reads no data); None where those are not one program in
+        the length (then ``f`` is traced at each length as it is)."""
         from ..backend.arrays import ArrayBatchCompiled
 
         clock = time.perf_counter()
         names, (fname, doc) = self._names(len(args)), self._fname_doc()
         wrt = self._wrt_args(len(args))
         gens = self._caps.generators if self._caps is not None else ()
-        lengths = (n, n + 1, n + 2)
         sources, consts, tapes = [], [], []
-        for m in lengths:
+        for m in lengths(n):
             shaped = [
                 np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
             ]
@@ -231,11 +230,11 @@ class BatchMixin:
         if self._caps is not None and self._caps.watched:
             self._caps.settle()
         self.traces += 1
-        self._stages = {"trace at three lengths": time.perf_counter() - clock}
+        self._stages = {"trace at four lengths": time.perf_counter() - clock}
         made = generic_source(sources, consts, n)
         if made is None:
             return None
-        gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths)
+        gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths(n))
         self._stages.update(gen.timings)
         return gen
 

@@ -1,16 +1,17 @@
-"""Array code generic in the batch length, from the code of three lengths.
+"""Array code generic in the batch length, from the code of four lengths.
 
 The NumPy source of an array tape (``emit.arrays``) names the batch length n
 only in numbers: shapes (``np.reshape(X, (300, 8))``, ``np.broadcast_to(v9,
 (300, 3))``), a mean's count (``v17 / 300.0``), its derivative's ``1 / n``. The
-same function printed at lengths n, n + 1 and n + 2 gives three sources; where
-they are the same text but for numbers, each number that differs is a function
-of n, found from its three values: ``k * n + m`` (integers, or floats of
-integers), or ``p / n``. A constant array whose shape follows n is made at run
-time where it holds one value throughout (``np.full``). :func:`generic_source`
-writes the one program, ``fname(n, *params, out)``; it gives None where the
-sources differ otherwise (Python code that branches on the length, data whose
-size is n captured from outside), or a number fits no such form.
+same function printed at lengths n, n + 1, n + 2 and 2 n + 5 (``lengths``) gives
+four sources; where they are the same text but for numbers, each number that
+differs is a function of n, found from its values: ``k * n + m`` (integers, or
+floats of integers), or ``p / n``, holding at all four. A constant array whose
+shape follows n is made at run time where it holds one value throughout
+(``np.full``). :func:`generic_source` writes the one program, ``fname(n,
+*params, out)``; it gives None where the sources differ otherwise (Python code
+that branches on the length, data whose size is n captured from outside), or a
+number fits no such form.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ def generic_source(
     sources: Sequence[str], names: Sequence[dict[str, Any]], n: int
 ) -> tuple[str, dict[str, Any]] | None:
     """The source of one program in ``n`` from ``sources`` (and the ``names`` each
-    reads besides NumPy), printed at lengths ``n``, ``n + 1``, ``n + 2``; or None."""
+    reads besides NumPy), printed at ``lengths(n)`` (each form is found from the
+    first two and must hold at all: ``min(n, 302)`` is ``n`` near 300, not at
+    ``2 n + 5``); or None."""
     streams = [list(tokenize.generate_tokens(io.StringIO(s).readline)) for s in sources]
     if len({len(t) for t in streams}) != 1:
         return None
@@ -61,19 +64,26 @@ def generic_source(
     return source[:head] + "n, " + source[head:], kept
 
 
+def lengths(n: int) -> tuple[int, ...]:
+    """The batch lengths a program in ``n`` is made from: three in a row, and a far one."""
+    return (n, n + 1, n + 2, 2 * n + 5)
+
+
 def _fit(values: list[float], n: int, integer: bool) -> str | None:
-    """An expression in ``n`` giving ``values`` at ``n``, ``n + 1``, ``n + 2``, exactly."""
-    a, b, c = values
+    """An expression in ``n`` giving ``values`` at ``lengths(n)``, exactly."""
+    a, b = values[0], values[1]
+    at = lengths(n)
     k = b - a
-    if c - b == k and k == int(k) and a - k * n == int(a - k * n):
+    if k == int(k) and a - k * n == int(a - k * n):
         k, m = int(k), int(a - k * n)
-        if k == 0:
-            return str(m) if integer else repr(float(m))
-        text = "n" if k == 1 else f"{k} * n"
-        text = text if m == 0 else f"({text} + {m})" if m > 0 else f"({text} - {-m})"
-        return text if integer else f"float({text})"
+        if all(k * x + m == v for x, v in zip(at, values)):
+            if k == 0:
+                return str(m) if integer else repr(float(m))
+            text = "n" if k == 1 else f"{k} * n"
+            text = text if m == 0 else f"({text} + {m})" if m > 0 else f"({text} - {-m})"
+            return text if integer else f"float({text})"
     p = a * n
-    if not integer and all(p / (n + j) == v for j, v in enumerate(values)):
+    if not integer and all(p / x == v for x, v in zip(at, values)):
         return f"({p!r} / n)"
     return None
 
@@ -104,7 +114,7 @@ def _constants(
 
 
 def _full(arrays: list[np.ndarray], n: int) -> str | None:
-    """``np.full(shape, value)`` in ``n`` where the three arrays hold one value each,
+    """``np.full(shape, value)`` in ``n`` where the arrays hold one value each,
     and their shapes and values follow n; else None."""
     if len({a.ndim for a in arrays}) != 1 or any(a.size == 0 for a in arrays):
         return None
