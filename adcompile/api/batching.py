@@ -223,6 +223,8 @@ class BatchMixin:
             except (Exception, NotArrayLevel):
                 return None  # (the trace of the call's own length says why, if it fails)
             code = array_grad_tape(tape, wrt)
+            if tapes and len(code.nodes) != len(tapes[0].nodes):
+                return None  # (a loop over the rows: another program at each length)
             src, used = array_source(code, self._params(names, mkey), fname, doc)
             sources.append(src)
             consts.append(used)
