@@ -224,7 +224,7 @@ class BatchMixin:
                 return None  # (the trace of the call's own length says why, if it fails)
             code = array_grad_tape(tape, wrt)
             if tapes and len(code.nodes) != len(tapes[0].nodes):
-                return None  # (a loop over the rows: another program at each length)
+                break  # (a loop over the rows: another program at each length)
             src, used = array_source(code, self._params(names, mkey), fname, doc)
             sources.append(src)
             consts.append(used)
@@ -233,6 +233,8 @@ class BatchMixin:
             self._caps.settle()
         self.traces += 1
         self._stages = {"trace at four lengths": time.perf_counter() - clock}
+        if len(sources) < len(lengths(n)):
+            return None
         made = generic_source(sources, consts, n)
         if made is None:
             return None
