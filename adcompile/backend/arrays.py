@@ -131,8 +131,8 @@ class ArrayBasisCompiled(CompiledProgram):
 class ArrayBatchCompiled:
     """Array code for every batch length (``emit.array_batch``): ``fn(n, *args, out)``.
     Not a program of its own: :meth:`at` makes the program of one length. It serves
-    the lengths at least the first it was made at, but for those where its first
-    answer disagreed with ``f`` run on plain numbers (``refused``)."""
+    every length from 2 on, but for those where its first answer disagreed with
+    ``f`` run on plain numbers, or NumPy refused a shape (``refused``)."""
 
     def __init__(
         self, source: str, names: dict, fname: str, tape: ArrayTape, lengths: tuple
