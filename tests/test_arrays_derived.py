@@ -165,3 +165,24 @@ def test_check_grad_and_sympy_expand_array_nodes_into_elements(monkeypatch) -> N
     monkeypatch.setattr(tracing, "EXPAND_MAX", 20)
     with pytest.raises(ValueError, match="EXPAND_MAX=20"):
         ad.check_grad(only_on_arrays, x)
+
+
+def test_vmap_of_array_code_runs_it_on_each_point() -> None:
+    # (array code has no Numba function for vmap's parallel loop: it runs row by row)
+    X, V, w = RNG.normal(size=(7, 20)), RNG.normal(size=(7, 20)), RNG.normal(size=20)
+
+    def f(x, w):  # noqa: ANN001, ANN202
+        return np.sum(np.tanh(x * w) ** 2) + np.std(x)
+
+    values = ad.vmap(f, in_axes=(0, None))(X, w)
+    np.testing.assert_allclose(values, [f(x, w) for x in X], rtol=1e-13)
+    grads = ad.vmap(ad.grad(f, argnums=1), in_axes=(0, None))(X, w)
+    t = np.tanh(X * w)
+    np.testing.assert_allclose(grads, 2 * t * (1 - t**2) * X, rtol=1e-11, atol=1e-14)
+    hv = ad.vmap(ad.hvp(f), in_axes=(0, 0, None))(X, V, w)
+    g = ad.grad(f)
+    for x, v, got in zip(X, V, hv):
+        want = central_diff(lambda s, x=x, v=v: g(x + s[0] * v, w), [0.0], [1.0])
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    z = ad.vmap(only_on_arrays)(X)  # runs at array level only
+    np.testing.assert_allclose(z, [only_on_arrays(x) for x in X], rtol=1e-13)

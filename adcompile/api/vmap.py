@@ -47,6 +47,9 @@ class Vmapped:
             )
         self.fun = fun
         self.inner = fun if isinstance(fun, Transformed) else jit(fun)
+        if device == "cuda":  # (a GPU runs element-wise code: Numba's, not NumPy's)
+            self.inner = fun.__copy__() if isinstance(fun, Transformed) else self.inner
+            self.inner.array_level = False
         self.in_axes = in_axes
         self.device = device
         functools.update_wrapper(self, fun, updated=())
@@ -133,6 +136,8 @@ class Vmapped:
         n_out = spec.compiled.n_out
         if self.device == "cuda":
             outs, ok = _run_cuda(spec, kinds, call_args, n, n_out)
+        elif spec.compiled.facts.kind == "arrays":  # NumPy code on whole rows: row by row
+            outs, ok = _run_rows(spec, kinds, call_args, n, n_out)
         else:
             from ..backend.jit import vmap_kernel
 
@@ -149,6 +154,14 @@ class Vmapped:
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
         return assemble(layout.tree, parts)
+
+
+def _run_rows(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) -> tuple:
+    """Array code (``backend.arrays``, NumPy calls on whole arrays) run on each point."""
+    outs, ok = np.empty((n, n_out)), np.empty(n, dtype=np.bool_)
+    for p in range(n):
+        ok[p], outs[p] = spec.call(*[a if k == "same" else a[p] for a, k in zip(args, kinds)])
+    return outs, ok
 
 
 def _holds_values(a: Any) -> bool:
