@@ -24,7 +24,26 @@ from ..trace import loader
 from .program import CompiledProgram, NativeCall, ProgramVisitor, T
 
 
-class ArrayCompiled(CompiledProgram):
+class NumPyProgram(CompiledProgram):
+    """What every program of NumPy code shares: no Numba function of its own, no
+    guards (selection by data is data: ``where``, masks)."""
+
+    @property
+    def native(self) -> NativeCall | None:
+        return None
+
+    def _guard_checks(self) -> tuple:
+        return ()
+
+    def _make_numba(self) -> Any:
+        raise TypeError(
+            "this specialisation is array code (NumPy calls on whole arrays), which has no "
+            "Numba function yet; vg.numba(*example_args) traces the function element by "
+            "element for it"
+        )
+
+
+class ArrayCompiled(NumPyProgram):
     """An array tape's NumPy code (module doc)."""
 
     def __init__(self, tape: ArrayTape, params: list[Param], fname: str, doc: str) -> None:
@@ -51,25 +70,11 @@ class ArrayCompiled(CompiledProgram):
     def tape(self) -> ArrayTape:
         return self._array_tape
 
-    @property
-    def native(self) -> NativeCall | None:
-        return None
-
     def visit(self, visitor: ProgramVisitor[T]) -> T:
         return visitor.arrays(self, self._array_tape)
 
-    def _guard_checks(self) -> tuple:
-        return ()
 
-    def _make_numba(self) -> Any:
-        raise TypeError(
-            "this specialisation is array code (NumPy calls on whole arrays), which has no "
-            "Numba function yet; vg.numba(*example_args) traces the function element by "
-            "element for it"
-        )
-
-
-class ArrayBasisCompiled(CompiledProgram):
+class ArrayBasisCompiled(NumPyProgram):
     """A Jacobian or Hessian of array code, made one basis vector at a time: ``one``
     (array code whose last arguments are the basis vector ``e``, split into inputs
     of ``shapes``) runs with each unit vector, and entry ``i`` of its result for
@@ -114,18 +119,8 @@ class ArrayBasisCompiled(CompiledProgram):
     def tape(self) -> ArrayTape:
         return self.one.tape
 
-    @property
-    def native(self) -> NativeCall | None:
-        return None
-
     def visit(self, visitor: ProgramVisitor[T]) -> T:
         return visitor.basis(self, self.one, self.m, self.dest)
-
-    def _guard_checks(self) -> tuple:
-        return ()
-
-    def _make_numba(self) -> Any:
-        return self.one._make_numba()
 
 
 class ArrayBatchCompiled:
@@ -159,7 +154,7 @@ class ArrayBatchCompiled:
         return ArrayAtLength(self, n, params)
 
 
-class ArrayAtLength(CompiledProgram):
+class ArrayAtLength(NumPyProgram):
     """:class:`ArrayBatchCompiled` run at one batch length ``n``."""
 
     def __init__(self, generic: ArrayBatchCompiled, n: int, params: list[Param]) -> None:
@@ -178,19 +173,5 @@ class ArrayAtLength(CompiledProgram):
         """The array tape at the first length it was made at."""
         return self.generic.tape
 
-    @property
-    def native(self) -> NativeCall | None:
-        return None
-
     def visit(self, visitor: ProgramVisitor[T]) -> T:
         return visitor.arrays(self, self.generic.tape)
-
-    def _guard_checks(self) -> tuple:
-        return ()
-
-    def _make_numba(self) -> Any:
-        raise TypeError(
-            "this specialisation is array code (NumPy calls on whole arrays), which has no "
-            "Numba function yet; vg.numba(*example_args) traces the function element by "
-            "element for it"
-        )
