@@ -24,9 +24,10 @@ from ..trace import loader
 from .program import CompiledProgram, NativeCall, ProgramVisitor, T
 
 
-class NumPyProgram(CompiledProgram):
-    """What every program of NumPy code shares: no Numba function of its own, no
-    guards (selection by data is data: ``where``, masks)."""
+class NumPyCode:
+    """What every program of NumPy code shares (a mixin before ``CompiledProgram``):
+    no Numba function of its own, no guards (selection by data is data: ``where``,
+    masks)."""
 
     @property
     def native(self) -> NativeCall | None:
@@ -43,7 +44,7 @@ class NumPyProgram(CompiledProgram):
         )
 
 
-class ArrayCompiled(NumPyProgram):
+class ArrayCompiled(NumPyCode, CompiledProgram):
     """An array tape's NumPy code (module doc)."""
 
     def __init__(self, tape: ArrayTape, params: list[Param], fname: str, doc: str) -> None:
@@ -74,7 +75,7 @@ class ArrayCompiled(NumPyProgram):
         return visitor.arrays(self, self._array_tape)
 
 
-class ArrayBasisCompiled(NumPyProgram):
+class ArrayBasisCompiled(NumPyCode, CompiledProgram):
     """A Jacobian or Hessian of array code, made one basis vector at a time: ``one``
     (array code whose last arguments are the basis vector ``e``, split into inputs
     of ``shapes``) runs with each unit vector, and entry ``i`` of its result for
@@ -154,7 +155,7 @@ class ArrayBatchCompiled:
         return ArrayAtLength(self, n, params)
 
 
-class ArrayAtLength(NumPyProgram):
+class ArrayAtLength(NumPyCode, CompiledProgram):
     """:class:`ArrayBatchCompiled` run at one batch length ``n``."""
 
     def __init__(self, generic: ArrayBatchCompiled, n: int, params: list[Param]) -> None:
