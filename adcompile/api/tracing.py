@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from ..ir.array_ops import reshape
-from ..ir.arrays import ArrayOp, ArrayTape
+from ..ir.arrays import ArrayOp, ArrayTape, sweep
 from ..ir.outputs import OutLayout, assemble, flatten_output, map_leaves
-from ..ir.tape import COMPARE, CONST, INPUT, Tape, forward_sweep
+from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
 from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
@@ -324,16 +324,8 @@ def trace_expanded(f: Callable, args: Sequence[Any], multi: bool = False) -> Tap
         )
 
     def elementwise(*xs: Any) -> Any:
-        vals: list[Any] = [None] * len(arrays.nodes)
-        for i, x in zip(arrays.inputs, xs):
-            vals[i] = np.asarray(x, dtype=object)
-        for i, node in enumerate(arrays.nodes):
-            if node.op == CONST:  # (float arrays as objects: a write puts a Value in)
-                v = node.value
-                floats = isinstance(v, np.ndarray) and v.dtype.kind == "f"
-                vals[i] = v.astype(object) if floats else v
-            elif node.op != INPUT:
-                vals[i] = _on_values(node.op, [vals[a] for a in node.args])
+        objects = [np.asarray(x, dtype=object) for x in xs]
+        vals = sweep(arrays, objects, _on_values, _as_objects)
         outs = [vals[o] for o in arrays.outputs]
         return assemble(map_leaves(arrays.tree, lambda k, s: k), outs) if multi else outs[0]
 
@@ -354,6 +346,11 @@ def trace_or_expand(f: Callable, args: Sequence[Any], multi: bool = False) -> Ta
             raise e from on_values
         except (Exception, NotArrayLevel):
             raise on_values from None
+
+
+def _as_objects(v: Any) -> Any:
+    """A constant, float arrays as arrays of objects (a write puts a Value in them)."""
+    return v.astype(object) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v
 
 
 def _on_values(op: Any, args: list) -> Any:

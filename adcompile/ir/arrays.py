@@ -209,16 +209,23 @@ def evaluate_node(op: Op, vals: Sequence[Any]) -> Any:
         return numpy_form(op)[0](*vals)
 
 
-def sweep(tape: Tape, inputs: Sequence[Any]) -> list[Any]:
-    """Every slot's value (arrays), given the inputs: the interpreter of array tapes."""
+def sweep(
+    tape: Tape,
+    inputs: Sequence[Any],
+    evaluate: Callable[[Op, list[Any]], Any] = evaluate_node,
+    const: Callable[[Any], Any] | None = None,
+) -> list[Any]:
+    """Every slot's value (arrays), given the inputs: the interpreter of array tapes.
+    ``evaluate(op, operands)`` gives a node's value, ``const`` a constant's (as it
+    is where None)."""
     vals: list[Any] = [None] * len(tape.nodes)
     for pos, i in enumerate(tape.inputs):
         vals[i] = inputs[pos]
     for i, node in enumerate(tape.nodes):
         if node.op == CONST:
-            vals[i] = node.value
+            vals[i] = node.value if const is None else const(node.value)
         elif node.op != INPUT:
-            vals[i] = evaluate_node(node.op, [vals[a] for a in node.args])
+            vals[i] = evaluate(node.op, [vals[a] for a in node.args])
     return vals
 
 
