@@ -28,6 +28,7 @@ from ..ir.ops import OPS
 from ..ir.outputs import OutLayout
 from ..ir.tape import Param, Tape, forward_sweep
 from ..trace.arguments import param_names, shape_text
+from ..trace.arrays import NO_RULE
 from ..trace.mode import gc_paused, nonfinite_error
 from .events import (
     Announce,
@@ -118,11 +119,9 @@ class CompileMixin:
         a NumPy function it has no rule for, and NumPy refused arrays of Values (a
         TypeError from NumPy's C code), an error that names that function."""
         why = self.array_refused or ""
-        if not why.endswith("has no array-level rule") or not isinstance(
-            e, (TypeError, AttributeError)
-        ):
+        if not why.endswith(NO_RULE) or not isinstance(e, (TypeError, AttributeError)):
             return e
-        name = why.removesuffix(" has no array-level rule")
+        name = why.removesuffix(NO_RULE)
         return TypeError(
             f"{self._name}() calls {name}, which adcompile cannot differentiate: it has no "
             f"array-level rule, and NumPy's {name} does not run on arrays of traced Values "

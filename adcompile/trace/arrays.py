@@ -39,6 +39,9 @@ from ..ir.arrays import ArrayOp, ArrayTape, Shape, broadcast, evaluate_node
 from ..ir.ops import OPERATORS, Op
 from ..ir.tape import CONST, INPUT, Node
 
+#: How a refusal ends that names a NumPy function with no rule here ("np.sort" + NO_RULE).
+NO_RULE = " has no array-level rule"
+
 
 def numpy_name(func: Any) -> str:
     """A NumPy function's name as a user writes it (``np.linalg.inv``, ``np.sum``)."""
@@ -370,7 +373,7 @@ class ArrayValue:
     def __array_function__(self, func: Callable, types: Any, args: Any, kwargs: Any) -> Any:
         handler = HANDLED.get(func)
         if handler is None:
-            raise NotArrayLevel(f"{numpy_name(func)} has no array-level rule")
+            raise NotArrayLevel(numpy_name(func) + NO_RULE)
         return handler(*args, **kwargs)
 
     # ---- NumPy's methods

@@ -23,7 +23,7 @@ import numpy as np
 from ..ir import array_ops as A
 from ..ir.array_products import einsum, einsum_ok, matmul
 from ..ir.ops import OPS, ufunc_op
-from .arrays import HANDLED, ArrayTrace, ArrayValue, NotArrayLevel
+from .arrays import HANDLED, NO_RULE, ArrayTrace, ArrayValue, NotArrayLevel
 
 _NOT_GIVEN = object()
 
@@ -90,7 +90,7 @@ def ufunc_call(
         return trace.record(op, inputs)
     composite = _COMPOSITE_UFUNCS.get(name)
     if composite is None:
-        raise NotArrayLevel(f"np.{name} has no array-level rule")
+        raise NotArrayLevel(f"np.{name}{NO_RULE}")
     return composite(*[trace.operand(x) for x in inputs])
 
 
