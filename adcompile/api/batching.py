@@ -211,13 +211,12 @@ class BatchMixin:
         names, (fname, doc) = self._names(len(args)), self._fname_doc()
         wrt = self._wrt_args(len(args))
         gens = self._caps.generators if self._caps is not None else ()
-        sources, consts, tapes = [], [], []
+        fun, sources, consts, tapes = self._fun_for_trace(), [], [], []
         for m in lengths(n):
             shaped = [
                 np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
             ]
             mkey = tuple((m, *s[1:]) if k in which else s for k, s in enumerate(key))
-            fun = self._fun_for_trace()
             try:
                 tape = trace_array_call(fun, shaped, names, gens, False, self.fun)
             except (Exception, NotArrayLevel):
