@@ -115,7 +115,7 @@ defop(
     "relu",
     1,
     _relu,
-    "max({0}, 0.0)",
+    "({0} if not {0} <= 0.0 else 0.0)",  # (nan stays nan, as _relu)
     (lambda g, out, a: g * step(a),),
     lambda sp, a: sp.Max(a, 0),
     smooth=False,
@@ -127,7 +127,7 @@ defop(
     "maximum",
     2,
     _maximum,
-    "max({0}, {1})",
+    "(({0} + {1}) if {0} != {0} or {1} != {1} else ({0} if {0} >= {1} else {1}))",
     (
         lambda g, out, a, b: g * (0.5 + 0.5 * sign(a - b)),
         lambda g, out, a, b: g * (0.5 - 0.5 * sign(a - b)),
@@ -135,13 +135,13 @@ defop(
     "Max",
     smooth=False,
     associative=True,
-    c="({1} > {0} ? {1} : {0})",
+    c="({0} != {0} || {1} != {1} ? {0} + {1} : ({0} >= {1} ? {0} : {1}))",
 )
 defop(
     "minimum",
     2,
     _minimum,
-    "min({0}, {1})",
+    "(({0} + {1}) if {0} != {0} or {1} != {1} else ({0} if {0} <= {1} else {1}))",
     (
         lambda g, out, a, b: g * (0.5 - 0.5 * sign(a - b)),
         lambda g, out, a, b: g * (0.5 + 0.5 * sign(a - b)),
@@ -149,28 +149,28 @@ defop(
     "Min",
     smooth=False,
     associative=True,
-    c="({1} < {0} ? {1} : {0})",
+    c="({0} != {0} || {1} != {1} ? {0} + {1} : ({0} <= {1} ? {0} : {1}))",
 )
 # Piecewise-constant helpers used by the rules above; their derivative is zero.
 defop(
     "sign",
     1,
     _sign,
-    "(1.0 if {0} > 0.0 else (-1.0 if {0} < 0.0 else 0.0))",
+    "(1.0 if {0} > 0.0 else (-1.0 if {0} < 0.0 else {0} * 0.0))",
     (None,),
     "sign",
     smooth=False,
-    c="({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : 0.0))",
+    c="({0} > 0.0 ? 1.0 : ({0} < 0.0 ? -1.0 : {0} * 0.0))",
 )
 defop(
     "step",
     1,
     _step,
-    "(1.0 if {0} > 0.0 else 0.0)",
+    "(1.0 if {0} > 0.0 else (0.0 if {0} == {0} else {0}))",
     (None,),
     lambda sp, a: sp.Heaviside(a, 0),
     smooth=False,
-    c="({0} > 0.0 ? 1.0 : 0.0)",
+    c="({0} > 0.0 ? 1.0 : ({0} == {0} ? 0.0 : {0}))",
     array=_step_array,
 )
 
