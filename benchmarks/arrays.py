@@ -542,7 +542,10 @@ def _adcompile_facts(vg: Any) -> dict[str, Any]:
     events = getattr(vg, "events", [])
     produced = events[-1].produced if events else ""
     kind = getattr(events[-1].facts, "kind", None) if events and events[-1].facts else None
+    program = vg.last.compiled if getattr(vg, "last", None) is not None else None
+    loops = getattr(getattr(program, "generic", program), "loops", None)
     return {
+        "runs": getattr(loops, "outcome", None) or "NumPy code (no loop nests)",
         "array_level": kind == "arrays" or "array code" in produced,
         "array_refused": getattr(vg, "array_refused", None),
         "produced": produced,
@@ -592,6 +595,14 @@ def measure(
         t1 = time.perf_counter()
         value, grads = step()
         rec["first_call_s"] = time.perf_counter() - t1
+        if "vg" in facts:  # its loop nests: made after HOT_CALLS calls, in the background
+            from adcompile.backend import arrays as array_code
+
+            t1 = time.perf_counter()
+            for _ in range(array_code.HOT_CALLS):
+                step()
+            facts["vg"].wait_for_entries()
+            rec["loops_ready_s"] = time.perf_counter() - t1
         rec.update(_steady(step, budget, min_steps))
         x_final = None
         if system == "adcompile":  # the answer of a steady-state call, too
@@ -721,7 +732,8 @@ def _path(r: dict) -> str:
     if r["system"] != "adcompile":
         return ""
     if r.get("array_level"):
-        return "array level"
+        runs = r.get("runs") or ""
+        return "array level" + (", " + runs.split(" (")[0] if runs else "")
     why = r.get("array_refused")
     what = r.get("produced", "")
     return f"NOT array level ({'refused: ' + why if why else what})"

@@ -205,13 +205,14 @@ class BatchMixin:
         at lengths ``n``, ``n + 1``, ``n + 2`` and ``2 n + 5`` (shapes only: an
         array-level trace reads no data); None where those are not one program in
         the length (then ``f`` is traced at each length as it is)."""
-        from ..backend.arrays import ArrayBatchCompiled
+        from ..backend.arrays import ArrayBatchCompiled, loop_version
 
         clock = time.perf_counter()
         names, (fname, doc) = self._names(len(args)), self._fname_doc()
         wrt = self._wrt_args(len(args))
         gens = self._caps.generators if self._caps is not None else ()
         fun, sources, consts, tapes = self._fun_for_trace(), [], [], []
+        loops: list[tuple[str, dict] | None] = []
         for m in lengths(n):
             shaped = [
                 np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
@@ -224,7 +225,9 @@ class BatchMixin:
             code = array_grad_tape(tape, wrt)
             if tapes and len(code.nodes) != len(tapes[0].nodes):
                 break  # (a loop over the rows: another program at each length)
-            src, used = array_source(code, self._params(names, mkey), fname, doc)
+            params = self._params(names, mkey)
+            src, used = array_source(code, params, fname, doc)
+            loops.append(loop_version(code, params, fname, doc))
             sources.append(src)
             consts.append(used)
             tapes.append(code)
@@ -237,7 +240,10 @@ class BatchMixin:
         made = generic_source(sources, consts, n)
         if made is None:
             return None
-        gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths(n))
+        generic_loops = None
+        if all(loops):
+            generic_loops = generic_source([s for s, _ in loops], [c for _, c in loops], n)
+        gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths(n), generic_loops)
         self._stages.update(gen.timings)
         return gen
 

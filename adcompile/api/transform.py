@@ -310,7 +310,11 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
 
     def wait_for_entries(self, timeout: float | None = None) -> None:
         """Wait until the direct entries being compiled in the background are ready
-        (with ``ADCOMPILE_STRICT=1``, raise what failed there)."""
+        (with ``ADCOMPILE_STRICT=1``, raise what failed there), and the loop nests of
+        array code (``backend.arrays.LoopVersion``)."""
+        from ..backend.arrays import wait_for_loops
+
+        wait_for_loops(timeout)
         for t in (self, *self._variants.values()):
             thread = t._heating
             if thread is not None:

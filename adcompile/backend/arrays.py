@@ -5,23 +5,160 @@ statement is one NumPy call on whole arrays (``@`` goes to BLAS), so its cost
 is NumPy's, and making it costs no compile (the source is loaded through
 ``trace.loader`` from a real file, as all generated code). It is one kind of
 :class:`~adcompile.backend.program.CompiledProgram`; it has no Numba function
-of its own yet (``native`` is None, ``numba`` says so).
+of its own (``native`` is None, ``numba`` says so).
+
+Its loop nests (``emit.array_loops``: element-wise chains fused, products by
+BLAS) are its second version (:class:`LoopVersion`): after ``HOT_CALLS`` calls
+they are compiled by Numba in a thread of their own, run once beside the
+NumPy code on that call's arguments (their answers must agree), timed against
+it, and called from then on where they are the faster (NumPy's ufuncs are SIMD
+code, Numba's loops call libm's ``exp`` one element at a time: a program of
+few operations on long arrays can be the faster as NumPy calls).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..emit.array_loops import NotLowered, loop_source
 from ..emit.arrays import array_source, out_sizes
 from ..emit.codegen import CodeFacts
 from ..ir.arrays import ArrayTape
 from ..ir.tape import Param
 from ..trace import loader
 from .program import CompiledProgram, NativeCall, ProgramVisitor, T
+
+#: Calls of a program of array code before its loop nests are made.
+HOT_CALLS = 20
+#: Loop nests compile in a thread of their own (False: in the call that makes them).
+BACKGROUND = True
+#: "loops": keep the loop nests once they agree, however they time (the tests);
+#: "numpy": never make them; None: keep the faster.
+PREFER: str | None = None
+#: Array tapes of more nodes than this get no loop nests (Numba takes about 40 ms
+#: a node to compile them; a loop over time steps unrolled makes thousands).
+LOOP_MAX_NODES = 400
+_making: list[threading.Thread] = []
+_failed: list[BaseException] = []
+
+
+def wait_for_loops(timeout: float | None = None) -> None:
+    """Wait until the loop nests being made in the background are made (or not);
+    with ``ADCOMPILE_STRICT=1``, raise what failed there."""
+    while _making:
+        _making.pop().join(timeout)
+    if _failed:
+        raise _failed.pop()
+
+
+class LoopVersion:
+    """The loop nests of a program of NumPy code (module doc): ``source`` (its
+    function named ``fname`` takes the constant arrays ``consts`` after ``out``).
+    ``outcome`` says, once decided, which version runs and why."""
+
+    def __init__(self, source: str, consts: dict[str, np.ndarray], fname: str) -> None:
+        self.source, self.fname = source, fname
+        self.consts = tuple(consts.values())
+        self.calls = 0
+        self.outcome: str | None = None
+        self.seconds: dict[str, float] = {}
+
+    def tick(self, owner: Any, args: tuple) -> None:
+        """One call of ``owner`` (whose ``run(*args, out)`` is its NumPy code) with
+        ``args``: at the ``HOT_CALLS``-th, make the loop nests."""
+        self.calls += 1
+        if self.calls != HOT_CALLS or PREFER == "numpy":
+            return
+        copies = tuple(np.array(a) if isinstance(a, np.ndarray) else a for a in args)
+        if not BACKGROUND:
+            self._make(owner, copies)
+            return
+        thread = threading.Thread(
+            target=self._make, args=(owner, copies), name="adcompile: loop nests", daemon=True
+        )
+        _making.append(thread)
+        thread.start()
+
+    def _make(self, owner: Any, args: tuple) -> None:
+        from . import jit  # (Numba is imported where it is first needed)
+
+        try:
+            clock = time.perf_counter()
+            fn = jit.njit(getattr(loader.load(self.source, self.fname), self.fname))
+            consts = self.consts
+
+            def loops(*a: Any) -> Any:
+                return fn(*a, *consts)
+
+            numpy_code = owner.run
+            want, got = np.empty(owner.n_out), np.empty(owner.n_out)
+            numpy_code(*args, want)
+            loops(*args, got)
+            self.seconds["compile"] = time.perf_counter() - clock
+            if not _agree(got, want):
+                raise AssertionError(
+                    "adcompile: the loop nests of this array code disagree with its NumPy "
+                    f"code (largest difference {np.nanmax(np.abs(got - want))}); the NumPy "
+                    "code goes on"
+                )
+            self.seconds["numpy"] = _best(numpy_code, args, want)
+            self.seconds["loops"] = _best(loops, args, got)
+            if PREFER == "loops" or self.seconds["loops"] < self.seconds["numpy"]:
+                owner.run = loops
+                owner.source = self.source
+                owner.explanation += (
+                    f" From call {HOT_CALLS} on, its loop nests compiled by Numba run instead "
+                    f"(element-wise chains fused; {_us(self.seconds['loops'])} a call against "
+                    f"{_us(self.seconds['numpy'])} for the NumPy code)."
+                )
+                self.outcome = "loop nests (the faster)"
+            else:
+                self.outcome = "NumPy code (the faster)"
+        except Exception as e:  # (a bug in adcompile: the NumPy code goes on)
+            self.outcome = f"NumPy code (loop nests failed: {type(e).__name__}: {e})"
+            if os.environ.get("ADCOMPILE_STRICT", "") not in ("", "0"):
+                if threading.current_thread() is threading.main_thread():
+                    raise
+                _failed.append(e)
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs"
+
+
+def _agree(got: np.ndarray, want: np.ndarray) -> bool:
+    finite = np.abs(want[np.isfinite(want)])
+    scale = max(1.0, float(finite.max(initial=0.0)))
+    return bool(np.allclose(got, want, rtol=1e-7, atol=1e-9 * scale, equal_nan=True))
+
+
+def _best(fn: Callable, args: tuple, out: np.ndarray, repeat: int = 5) -> float:
+    best = math.inf
+    for _ in range(repeat):
+        clock = time.perf_counter()
+        fn(*args, out)
+        best = min(best, time.perf_counter() - clock)
+    return best
+
+
+def loop_version(
+    tape: ArrayTape, params: list[Param], fname: str, doc: str
+) -> tuple[str, dict[str, np.ndarray]] | None:
+    """The loop source of ``tape`` (and its constant arrays), or None where an op
+    has no loop form or the tape is longer than ``LOOP_MAX_NODES``."""
+    if len(tape.nodes) > LOOP_MAX_NODES:
+        return None
+    try:
+        return loop_source(tape, params, fname, doc)
+    except NotLowered:
+        return None
 
 
 class NumPyCode:
@@ -53,7 +190,9 @@ class ArrayCompiled(NumPyCode, CompiledProgram):
         self._array_tape = tape
         self.source, names = array_source(tape, params, fname, doc)
         self.n_out = sum(out_sizes(tape))
-        self._fn = getattr(loader.load(self.source, fname, {"np": np, **names}), fname)
+        self.run = getattr(loader.load(self.source, fname, {"np": np, **names}), fname)
+        made = loop_version(tape, params, fname, doc)
+        self.loops = None if made is None else LoopVersion(made[0], made[1], fname)
         ops = tape.n_ops
         self.explanation = (
             f"Array code: {ops} NumPy calls on whole arrays, one statement each "
@@ -64,7 +203,9 @@ class ArrayCompiled(NumPyCode, CompiledProgram):
 
     def call(self, *args: Any) -> tuple[bool, np.ndarray]:
         out = np.empty(self.n_out)
-        self._fn(*args, out)
+        self.run(*args, out)
+        if self.loops is not None and self.loops.calls < HOT_CALLS:
+            self.loops.tick(self, args)
         return True, out
 
     @property
@@ -108,7 +249,7 @@ class ArrayBasisCompiled(NumPyCode, CompiledProgram):
         res = np.empty(self.dest.shape[1])
         e = np.zeros(self.m)
         views = [None if scalar else e[a:b] for a, b, scalar in self._pieces]  # (of e)
-        fn = self.one._fn
+        fn = self.one.run
         for j in range(self.m):
             e[j] = 1.0
             fn(*args, *(e[p[0]] if v is None else v for p, v in zip(self._pieces, views)), res)
@@ -131,13 +272,20 @@ class ArrayBatchCompiled:
     ``f`` run on plain numbers, or NumPy refused a shape (``refused``)."""
 
     def __init__(
-        self, source: str, names: dict, fname: str, tape: ArrayTape, lengths: tuple
+        self,
+        source: str,
+        names: dict,
+        fname: str,
+        tape: ArrayTape,
+        lengths: tuple,
+        loops: tuple[str, dict[str, np.ndarray]] | None = None,
     ) -> None:
         clock = time.perf_counter()
         self.source, self.lengths, self.tape = source, lengths, tape  # (tape: at lengths[0])
         self.n_out = sum(out_sizes(tape))
         ops = tape.n_ops
-        self.fn = getattr(loader.load(source, fname, {"np": np, **names}), fname)
+        self.run = getattr(loader.load(source, fname, {"np": np, **names}), fname)
+        self.loops = None if loops is None else LoopVersion(*loops, fname)
         self.refused: set[int] = set()
         self.explanation = (
             f"Array code for every batch length n (traced at {', '.join(map(str, lengths))}): "
@@ -160,14 +308,26 @@ class ArrayAtLength(NumPyCode, CompiledProgram):
 
     def __init__(self, generic: ArrayBatchCompiled, n: int, params: list[Param]) -> None:
         self.generic, self.n, self.params = generic, n, list(params)
-        self.n_out, self.source = generic.n_out, generic.source
-        self.explanation, self.facts = generic.explanation, generic.facts
+        self.n_out = generic.n_out
+        self.facts = generic.facts
         self.timings = dict(generic.timings)
 
     def call(self, *args: Any) -> tuple[bool, np.ndarray]:
         out = np.empty(self.n_out)
-        self.generic.fn(self.n, *args, out)
+        generic = self.generic
+        generic.run(self.n, *args, out)
+        if generic.loops is not None and generic.loops.calls < HOT_CALLS:
+            generic.loops.tick(generic, (self.n, *args))
         return True, out
+
+    @property
+    def source(self) -> str:  # type: ignore[override]
+        """The code it runs (its loop nests, once they are kept)."""
+        return self.generic.source
+
+    @property
+    def explanation(self) -> str:  # type: ignore[override]
+        return self.generic.explanation
 
     @property
     def tape(self) -> ArrayTape:

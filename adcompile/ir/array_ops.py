@@ -13,12 +13,12 @@ NumPy's (``added_at``, ``updated``, ``prod_of_others``) are each op's
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .arrays import CACHE, ArrayOp, Shape, broadcast, shape_of
+from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
 from .ops import OPS
 
 # ---------------------------------------------------------------- helpers on arrays
@@ -71,6 +71,18 @@ COMPARE = {
     "isfinite": None,
     "signbit": None,
 }
+# one element of each, as scalar code (and loop nests) write it: operands are floats
+# or booleans (a float is true where it is not 0, nan included, as NumPy's logic)
+ELEMENT = {
+    "logical_and": "(({0} != 0) and ({1} != 0))",
+    "logical_or": "(({0} != 0) or ({1} != 0))",
+    "logical_xor": "(({0} != 0) != ({1} != 0))",
+    "logical_not": "({0} == 0)",
+    "isnan": "math.isnan({0})",
+    "isinf": "math.isinf({0})",
+    "isfinite": "math.isfinite({0})",
+    "signbit": "(math.copysign(1.0, {0}) < 0.0)",
+}
 
 
 def boolean(name: str) -> ArrayOp:
@@ -85,7 +97,17 @@ def boolean(name: str) -> ArrayOp:
             if symbol
             else f"np.{name}({', '.join(f'{{{k}}}' for k in range(uf.nin))})"
         )
-        return ArrayOp(name, uf.nin, uf, code, (None,) * uf.nin, broadcast, boolean=True)
+        element = code if symbol else ELEMENT[name]
+        return ArrayOp(
+            name,
+            uf.nin,
+            uf,
+            code,
+            (None,) * uf.nin,
+            broadcast,
+            boolean=True,
+            loop=LoopForm(element=element),
+        )
 
     if name not in COMPARE:
         raise KeyError(name)
@@ -111,6 +133,7 @@ def where() -> ArrayOp:
             "np.where({0}, {1}, {2})",
             (None, _where_vjp(1), _where_vjp(2)),
             broadcast,
+            loop=LoopForm(element="({1} if {0} else {2})"),
         ),
     )
 
@@ -182,6 +205,7 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
             f"np.{kind}({{0}}{extra})",
             (_reduce_vjp(kind, axes, keepdims),),
             _reduced(axes, keepdims),
+            loop=LoopForm(reduce=(kind, axes, keepdims)),
         )
 
     return CACHE.get(("reduce", kind, axes, keepdims), make)
@@ -252,8 +276,24 @@ def reshape(shape: Shape) -> ArrayOp:
             (lambda g, out, x: reshape(shape_of(x))(g),),
             lambda s: shape,
             keeps_shape=True,
+            loop=LoopForm(view=_unit_reshape, array=f"{{0}}.reshape({shape!r})"),
         ),
     )
+
+
+def _unit_reshape(index: Sequence[str], shape: Shape, old: Shape) -> list[str] | None:
+    """The operand's index of a reshape that only adds or drops axes of length 1."""
+    kept = [i for i, n in zip(index, shape) if n != 1]
+    if [n for n in shape if n != 1] != [n for n in old if n != 1]:
+        return None
+    it = iter(kept)
+    return ["0" if n == 1 else next(it) for n in old]
+
+
+def broadcast_index(index: Sequence[str], shape: Shape, old: Shape) -> list[str]:
+    """The index of an operand of shape ``old`` broadcast to ``shape`` at ``index``."""
+    lead = len(shape) - len(old)
+    return ["0" if n == 1 else index[lead + k] for k, n in enumerate(old)]
 
 
 def transpose(axes: tuple[int, ...]) -> ArrayOp:
@@ -268,6 +308,10 @@ def transpose(axes: tuple[int, ...]) -> ArrayOp:
             f"np.transpose({{0}}, {axes!r})",
             (lambda g, out, x: transpose(back)(g),),
             lambda s: tuple(s[a] for a in axes),
+            loop=LoopForm(
+                view=lambda index, shape, old: [index[back[k]] for k in range(len(old))],
+                array="{0}.T" if axes == (1, 0) else None,
+            ),
         ),
     )
 
@@ -284,6 +328,7 @@ def broadcast_to(shape: Shape) -> ArrayOp:
             (lambda g, out, x: unbroadcast(g, shape_of(x)),),
             lambda s: _fits(s, shape) and shape,
             keeps_shape=True,
+            loop=LoopForm(view=broadcast_index),
         ),
     )
 
@@ -321,6 +366,10 @@ def concatenate(axis: int, n: int) -> ArrayOp:
             f"np.concatenate(({operands},), axis={axis})",
             tuple(part(k) for k in range(n)),
             shape,
+            loop=LoopForm(
+                statement=f"{{name}} = np.concatenate(({operands},), axis={axis})",
+                fits=lambda *shapes: all(shapes),
+            ),
         ),
     )
 
@@ -339,6 +388,7 @@ def cumsum(axis: int) -> ArrayOp:
             f"np.cumsum({{0}}, axis={axis})",
             (rule,),
             lambda s: s,
+            loop=LoopForm(statement="{name} = np.cumsum({0})", fits=lambda s: len(s) == 1),
         ),
     )
 
@@ -402,9 +452,52 @@ def getitem(index: tuple) -> ArrayOp:
             (lambda g, out, x: scatter_add(index, shape_of(x))(g),),
             lambda s: _indexed_shape(s, index),
             constants=constants,
+            loop=_getitem_loop(index, text),
         )
 
     return _index_op("getitem", index, None, make)
+
+
+def _settable(index: tuple) -> bool:
+    """Whether Numba writes ``z[index] = v`` as NumPy does: ints and slices only."""
+    return all(isinstance(i, (int, np.integer, slice)) for i in index)
+
+
+def _getitem_loop(index: tuple, text: str) -> LoopForm | None:
+    """``x[index]`` in loop nests: an element of the result reads one of ``x`` (a
+    basic index), and a leading run of ints is a view of a whole array."""
+    if not _basic(index):
+        return None
+    ints = all(isinstance(i, (int, np.integer)) for i in index)
+
+    def view(at: Sequence[str], shape: Shape, old: Shape) -> list[str]:
+        items = list(index)
+        if Ellipsis in items:
+            k = items.index(Ellipsis)
+            filled = len(old) - sum(1 for i in items if i is not None and i is not Ellipsis)
+            items[k : k + 1] = [slice(None)] * filled
+        items += [slice(None)] * (len(old) - sum(1 for i in items if i is not None))
+        found, rest = [], iter(at)
+        dims = iter(old)
+        for item in items:
+            if item is None:
+                next(rest)
+                continue
+            n = next(dims)
+            if isinstance(item, slice):
+                start, _, step = item.indices(n)
+                r = next(rest)
+                found.append(_affine(start, step, r))
+            else:
+                found.append(str(int(item) % n))
+        return found
+
+    return LoopForm(view=view, array=f"{{0}}[{text}]" if ints else None)
+
+
+def _affine(start: int, step: int, r: str) -> str:
+    term = r if step == 1 else f"{step} * {r}"
+    return term if start == 0 else f"({start} + {term})"
 
 
 def _indexed_shape(shape: Shape, index: tuple) -> Shape:
@@ -438,6 +531,10 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
             (lambda g, out, x: getitem(index)(g),),
             lambda s: shape,
             constants={**constants, "added_at": added_at},
+            loop=LoopForm(
+                statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
+                fits=lambda s: _settable(index),
+            ),
         )
 
     return _index_op("scatter_add", index, shape, make)
@@ -458,6 +555,11 @@ def setitem(index: tuple) -> ArrayOp:
             ),
             lambda sx, sv: _fits(sv, _indexed_shape(sx, index)) and sx,
             constants={**constants, "updated": updated},
+            loop=LoopForm(
+                statement=f"{{name}} = {{0}}.copy()\n{{name}}[{text}] = {{1}}",
+                fits=lambda sx, sv: _settable(index)
+                and sv in ((), _indexed_shape(sx, index)),
+            ),
         )
 
     return _index_op("setitem", index, None, make)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .array_ops import reshape, transpose, unbroadcast
-from .arrays import CACHE, ArrayOp, Shape, broadcast, shape_of
+from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
 
 # ---------------------------------------------------------------- products
 
@@ -67,6 +67,10 @@ def matmul() -> ArrayOp:
             "({0} @ {1})",
             (_matmul_vjp(0), _matmul_vjp(1)),
             _matmul_shape,
+            loop=LoopForm(
+                statement="{name} = np.dot({0}, {1})",
+                fits=lambda a, b: len(a) <= 2 and len(b) <= 2,
+            ),
         ),
     )
 

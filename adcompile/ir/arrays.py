@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -41,10 +42,33 @@ from .tape import CONST, INPUT, Node, Tape
 Shape = tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class LoopForm:
+    """How an array op is written in loop nests (``emit.array_loops``); one of:
+
+    - ``element``: a template of one element of the result from the elements of
+      its operands at the same index (broadcast), as scalar code writes it;
+    - ``view``: ``view(index, shape, operand_shape)``, the operand's index (texts)
+      of a result's index, or None where it has none (a reshape across axes);
+      ``array``, where set, writes the view of a whole array (``{0}.T``);
+    - ``reduce``: (kind, axes or None, keepdims), an accumulating loop;
+    - ``statement``: Numba code making the whole result from whole arrays
+      (``np.dot({0}, {1})``; ``{name}``: the result), where ``fits(*shapes)``.
+    """
+
+    element: str | None = None
+    view: Callable[[Sequence[str], Shape, Shape], Sequence[str] | None] | None = None
+    array: str | None = None
+    reduce: tuple[str, tuple[int, ...] | None, bool] | None = None
+    statement: str | None = None
+    fits: Callable[..., bool] | None = None
+
+
 class ArrayOp(Op):
     """An op on whole arrays (not element-wise): ``eval`` takes and returns NumPy
     arrays, ``shape_of(*shapes)`` gives the result's shape, ``code`` is a Python
-    template over NumPy (``{0}``: the first operand's text)."""
+    template over NumPy (``{0}``: the first operand's text), ``loop`` its form in
+    loop nests (None: it has none, and its program stays NumPy code)."""
 
     def __init__(
         self,
@@ -57,8 +81,10 @@ class ArrayOp(Op):
         boolean: bool = False,
         constants: dict[str, Any] | None = None,
         keeps_shape: bool = False,
+        loop: LoopForm | None = None,
     ) -> None:
         super().__init__(name, arity, eval, code, vjp, smooth=False, method=False)
+        self.loop = loop
         self.shape_of = shape_of
         self.boolean = boolean  # its result is a boolean array (data: no derivative)
         # what its code names besides NumPy: an index's arrays, a helper function

@@ -1,0 +1,279 @@
+"""Printing an array tape as loop nests for Numba: element-wise chains fused, products to BLAS.
+
+``loop_source`` prints the program of an array tape (the one ``emit.arrays``
+prints as NumPy calls) as explicit loops, for ``numba.njit``:
+
+- a chain of element-wise ops (and views: transposes, broadcasts, basic
+  indexing) whose every link has one reader is one loop nest, one statement per
+  op in its body, named after the op's slot (``t12 = max(t10, 0.0)``), with no
+  array between the links;
+- a reduction is a loop that accumulates, with the chain that feeds it inside;
+- ``matmul`` is ``np.dot`` (BLAS), other ops their ``LoopForm.statement``;
+- an array is made only where a value is read twice, by a product, or
+  broadcast against a larger one (each of its elements would be computed more
+  than once).
+
+Every op's form is its own (``Op.code`` for the scalar ops, ``ArrayOp.loop``
+for the others); a tape with an op that has none raises :class:`NotLowered`,
+and its program stays NumPy code. Constant arrays of one value are written as
+that number; other constant arrays are arguments after ``out`` (``consts``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..ir.array_ops import broadcast_index
+from ..ir.arrays import ArrayOp, ArrayTape
+from ..ir.ops import Op
+from ..ir.tape import CONST, INPUT, Param
+from .arrays import literal, out_sizes
+
+_INIT = {"sum": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf"}
+
+
+class NotLowered(ValueError):
+    """An array tape has an op with no form in loop nests (its NumPy code serves)."""
+
+
+def loop_source(
+    tape: ArrayTape, params: Sequence[Param], fname: str, doc: str
+) -> tuple[str, dict[str, np.ndarray]]:
+    """The source of ``fname(*params, out, *consts)`` computing ``tape``'s outputs
+    into ``out`` (flattened, in order) as loop nests, and the constant arrays it
+    takes after ``out`` (by name, in order); :class:`NotLowered` where an op has
+    no loop form."""
+    return _Printer(tape).source(params, fname, doc)
+
+
+class _Printer:
+    def __init__(self, tape: ArrayTape) -> None:
+        self.tape = tape
+        self.kinds = [self._kind(i) for i in range(len(tape.nodes))]
+        self.readers: list[list[int]] = [[] for _ in tape.nodes]
+        for i, node in enumerate(tape.nodes):
+            for a in node.args:
+                self.readers[a].append(i)
+        self.consts: dict[str, np.ndarray] = {}
+        self.state = self._plan()
+
+    # ------------------------------------------------------------ what each node is
+
+    def _kind(self, i: int) -> str:
+        node, tape = self.tape.nodes[i], self.tape
+        op = node.op
+        if op == INPUT:
+            return "input"
+        if op == CONST:
+            v = node.value
+            if not isinstance(v, np.ndarray) or (v.size and np.all(v == v.flat[0])):
+                return "uniform"
+            if v.dtype.kind not in "fb":
+                raise NotLowered(f"a constant array of {v.dtype}")
+            return "const"
+        if not isinstance(op, ArrayOp):
+            return "element"
+        form = op.loop
+        shapes = [tape.shapes[a] for a in node.args]
+        if form is None or (form.fits is not None and not form.fits(*shapes)):
+            raise NotLowered(f"{op.name} has no loop form here")
+        if form.element is not None:
+            return "element"
+        if form.view is not None:
+            if form.view(["0"] * len(tape.shapes[i]), tape.shapes[i], shapes[0]) is None:
+                return "reshape" if form.array else _refuse(op)
+            return "view"
+        if form.reduce is not None:
+            return "reduce"
+        return "statement"
+
+    def _plan(self) -> list[str]:
+        """Each node's place: 'name' (an array or number of its own, or an argument),
+        'literal', 'inline' (a statement in its reader's loop), 'free' (a view of a
+        named array: an index of it)."""
+        tape, state = self.tape, []
+        outputs = set(tape.outputs)
+        for i, kind in enumerate(self.kinds):
+            shape = tape.shapes[i]
+            readers = self.readers[i]
+            wants_array = any(self.kinds[r] in ("statement", "reshape") for r in readers)
+            if kind == "uniform":
+                state.append("name" if wants_array else "literal")
+            elif kind in ("input", "const", "reduce", "statement", "reshape") or not shape:
+                state.append("name")
+            elif kind == "view" and state[tape.nodes[i].args[0]] in ("name", "free", "literal"):
+                arg = tape.nodes[i].args[0]
+                base = state[arg] == "name" and bool(tape.shapes[arg])  # (not a number)
+                array = base and tape.nodes[i].op.loop.array is not None
+                state.append("free" if not wants_array or array else "name")
+            elif i in outputs or wants_array or len(readers) != 1:
+                state.append("name")
+            elif math.prod(self._space(readers[0])) > math.prod(shape):
+                state.append("name")  # broadcast: each element would be made again
+            else:
+                state.append("inline")
+        return state
+
+    def _space(self, i: int) -> tuple[int, ...]:
+        """The loop space of node ``i``: its operand's shape for a reduction, else its own."""
+        if self.kinds[i] == "reduce":
+            return self.tape.shapes[self.tape.nodes[i].args[0]]
+        return self.tape.shapes[i]
+
+    # ------------------------------------------------------------ printing
+
+    def source(self, params: Sequence[Param], fname: str, doc: str) -> tuple[str, dict]:
+        tape, body = self.tape, []
+        for pos, i in enumerate(tape.inputs):
+            shape, name, size = tape.shapes[i], params[pos].name, params[pos].size
+            if not shape:  # a number (passed as one of its own, or as an array of one)
+                body.append(f"{tape.name(i)} = {name if size is None else f'{name}[0]'}")
+            else:
+                text = name if len(shape) == 1 else f"{name}.reshape({shape!r})"
+                body.append(f"{tape.name(i)} = {text}")
+        for i, node in enumerate(tape.nodes):
+            if i == tape.adjoint_from:
+                body.append("# the adjoint: reverse mode, node by node backwards")
+            if node.op == INPUT or self.state[i] != "name":
+                continue
+            body += self._make(i)
+        start = 0
+        for o, size in zip(tape.outputs, out_sizes(tape)):
+            body += self._write_out(o, start)
+            start += size
+        body.append("return True")
+        args = [p.name for p in params] + ["out"] + list(self.consts)
+        ops = sum(1 for n in tape.nodes if isinstance(n.op, Op))
+        head = [
+            "# generated by adcompile",
+            "import math",
+            "",
+            "import numpy as np",
+            "",
+            "",
+            f"# Loop nests ({ops} array operations): element-wise chains fused, "
+            "products by np.dot.",
+            f"def {fname}({', '.join(args)}):",
+            f'    """{doc}"""',
+        ]
+        return "\n".join(head + ["    " + line for line in body]) + "\n", self.consts
+
+    def _make(self, i: int) -> list[str]:
+        """The statements making node ``i``'s array (or number)."""
+        tape, kind, name = self.tape, self.kinds[i], self.tape.name(i)
+        node, shape = tape.nodes[i], tape.shapes[i]
+        if kind == "const":
+            const = f"_c{i}"
+            self.consts[const] = np.ascontiguousarray(node.value)
+            return [f"{name} = {const}"]
+        if kind == "uniform":
+            v = node.value
+            v = v.flat[0] if isinstance(v, np.ndarray) else v
+            dtype = ", dtype=np.bool_" if tape.booleans[i] else ""
+            return [f"{name} = np.full({shape!r}, {_number(v)}{dtype})"]
+        if kind in ("statement", "reshape"):
+            form = node.op.loop
+            operands = [self._array(a) for a in node.args]
+            if kind == "reshape":
+                return [f"{name} = {form.array.format(*operands)}"]
+            return form.statement.format(*operands, name=name).splitlines()
+        if kind == "reduce":
+            return self._reduce(i)
+        if not shape:  # a number
+            lines: list[str] = []
+            value = self._element(i, [], lines, top=True)
+            return [*lines, f"{name} = {value}"]
+        lines = [f"{name} = np.empty({shape!r}{', dtype=np.bool_' if tape.booleans[i] else ''})"]
+        index = [f"i{k}" for k in range(len(shape))]
+        inner: list[str] = []
+        value = self._element(i, index, inner, top=True)
+        return lines + _nest(shape, [*inner, f"{name}[{', '.join(index)}] = {value}"])
+
+    def _reduce(self, i: int) -> list[str]:
+        tape, name = self.tape, self.tape.name(i)
+        kind, axes, keepdims = self.tape.nodes[i].op.loop.reduce
+        (a,) = tape.nodes[i].args
+        space = tape.shapes[a]
+        index = [f"i{k}" for k in range(len(space))]
+        inner: list[str] = []
+        value = self._element(a, index, inner)
+        kept = [
+            ("0" if keepdims else None) if axes is None or k in axes else index[k]
+            for k in range(len(space))
+        ]
+        kept = [k for k in kept if k is not None]
+        acc = f"{name}[{', '.join(kept)}]" if kept else name
+        init = _INIT[kind]
+        head = [f"{name} = np.full({tape.shapes[i]!r}, {init})" if kept else f"{name} = {init}"]
+        x = f"x{i}"
+        inner.append(f"{x} = {value}")
+        if kind == "sum":
+            inner.append(f"{acc} += {x}")
+        elif kind == "prod":
+            inner.append(f"{acc} *= {x}")
+        else:  # max, min: nan wins, as in NumPy
+            better = ">" if kind == "max" else "<"
+            inner += [f"if {x} {better} {acc} or {x} != {x}:", f"    {acc} = {x}"]
+        return head + _nest(space, inner)
+
+    def _element(self, i: int, index: Sequence[str], lines: list[str], top: bool = False) -> str:
+        """The text of node ``i``'s element at ``index``, with the statements it needs
+        appended to ``lines`` (``top``: node ``i`` is made here, whatever its place)."""
+        tape, state, node = self.tape, self.state[i], self.tape.nodes[i]
+        if not top and state == "name":
+            return f"{tape.name(i)}[{', '.join(index)}]" if index else tape.name(i)
+        if state == "literal":
+            v = node.value
+            return _number(v.flat[0] if isinstance(v, np.ndarray) else v)
+        shape, op = tape.shapes[i], node.op
+        if self.kinds[i] == "view":
+            at = op.loop.view(list(index), shape, tape.shapes[node.args[0]])
+            return self._element(node.args[0], at, lines)
+        operands = [
+            self._element(a, broadcast_index(index, shape, tape.shapes[a]), lines)
+            for a in node.args
+        ]
+        template = op.loop.element if isinstance(op, ArrayOp) else op.code
+        temp = f"t{i}"
+        lines.append(f"{temp} = {template.format(*operands)}")
+        return temp
+
+    def _array(self, i: int) -> str:
+        """Node ``i`` as a whole array (a name, or an array view of a named array)."""
+        if self.state[i] == "free":
+            node = self.tape.nodes[i]
+            return node.op.loop.array.format(self._array(node.args[0]))
+        return self.tape.name(i)
+
+    def _write_out(self, o: int, start: int) -> list[str]:
+        shape = self.tape.shapes[o]
+        if not shape:
+            return [f"out[{start}] = {self._element(o, [], [])}"]
+        index = [f"i{k}" for k in range(len(shape))]
+        flat = " + ".join(
+            f"{index[k]} * {math.prod(shape[k + 1 :])}" if k < len(shape) - 1 else index[k]
+            for k in range(len(shape))
+        )
+        lines: list[str] = []
+        value = self._element(o, index, lines)
+        return _nest(shape, [*lines, f"out[{start} + {flat}] = {value}"])
+
+
+def _refuse(op: Op) -> str:
+    raise NotLowered(f"{op.name} has no loop form here")
+
+
+def _number(v: object) -> str:
+    if isinstance(v, (bool, np.bool_)):
+        return repr(bool(v))
+    return literal(float(v))
+
+
+def _nest(shape: Sequence[int], inner: list[str]) -> list[str]:
+    """``inner`` inside one loop per axis of ``shape`` (``i0`` outermost)."""
+    lines = [f"{'    ' * k}for i{k} in range({n}):" for k, n in enumerate(shape)]
+    pad = "    " * len(shape)
+    return lines + [pad + line for line in inner]

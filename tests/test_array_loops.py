@@ -1,0 +1,169 @@
+"""Loop nests of array code (issue 30, third step): ``emit.array_loops`` and
+``backend.arrays.LoopVersion``.
+
+Each function is run by its loop nests (made at its first call here, and kept
+whatever they time: ``PREFER = "loops"``), at a fresh point, and held against
+plain NumPy's value, central differences and the same program's NumPy code.
+Which functions have loop nests is stated, so that a silent fallback to NumPy
+code cannot pass for them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import central_diff
+from test_arrays import CASES
+
+import adcompile as ad
+from adcompile.api import captured
+from adcompile.backend import arrays
+
+RNG = np.random.default_rng(31)
+
+# the cases whose programs keep NumPy code: an op with no loop form
+NOT_LOWERED = {
+    "prod with a zero",  # prod's derivative: products of the others
+    "batched matmul",  # a 3-D matmul
+    "einsum",
+    "dot outer tensordot",
+    "integer-array index",
+    "constant mask",
+    "cumsum diff",  # a cumsum along one axis of two
+}
+
+
+@pytest.fixture(autouse=True)
+def _loops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+    monkeypatch.setattr(arrays, "HOT_CALLS", 1)
+    monkeypatch.setattr(arrays, "BACKGROUND", False)
+    monkeypatch.setattr(arrays, "PREFER", "loops")
+
+
+def _lowered(vg: ad.Transformed) -> bool:
+    return "# Loop nests" in vg.source
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_numpy_functions_as_loop_nests(name: str) -> None:
+    f, x = CASES[name]
+    vg = ad.value_and_grad(f)
+    vg(x)
+    assert vg.array_refused is None
+    assert _lowered(vg) == (name not in NOT_LOWERED), vg.source[:400]
+    fresh = x + 0.1 * RNG.normal(size=x.shape)
+    v, g = vg(fresh)
+    assert vg.traces == 1
+    assert v == pytest.approx(float(f(fresh)), rel=1e-10, abs=1e-12)
+    d = RNG.normal(size=x.shape)
+    assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)
+    elements = ad.value_and_grad(f)
+    elements.array_level = False  # (the Values' engine)
+    ev, eg = elements(fresh)
+    assert ev == pytest.approx(v, rel=1e-10, abs=1e-12)
+    np.testing.assert_allclose(g, eg, rtol=1e-8, atol=1e-10)
+
+
+SPECIAL = {
+    "maximum": lambda x: np.sum(np.maximum(x, 0.0) + np.maximum(0.5, x)),
+    "minimum": lambda x: np.sum(np.minimum(x, 0.0) * np.minimum(-0.5, x)),
+    "max min": lambda x: np.max(x) - np.sum(np.min(x.reshape(2, 3), axis=1)),
+    "clip": lambda x: np.sum(np.clip(x, -1.0, 1.0)),
+    "relu sign": lambda x: np.sum(ad.relu(x) + np.sign(x) * x),
+    "where": lambda x: np.sum(np.where(x > 0, x, 2 * x)),
+    "abs": lambda x: np.sum(np.abs(x)),
+    "log sqrt": lambda x: np.sum(np.log(x) + np.sqrt(x)),
+    "division": lambda x: np.sum(1.0 / x),
+    "floor round": lambda x: np.sum(np.floor(x) + np.round(x)),
+    "remainder": lambda x: np.sum(x % 0.7 + x // 0.7),
+}
+POINTS = [
+    np.array([1.0, np.nan, -2.0, 3.0, 0.5, -0.2]),
+    np.array([1.0, -1.0, 0.0, -0.0, 4.0, np.inf]),
+    np.array([2.5, -2.5, 0.5, 1.5, -0.5, -np.inf]),
+]
+
+
+@pytest.mark.parametrize("name", list(SPECIAL))
+def test_nan_inf_and_zeros_as_numpy_gives_them(name: str) -> None:
+    """nan, infinities and signed zeros: the loop nests' value is NumPy's, and their
+    gradient the tape interpreter's (NumPy calls node by node)."""
+    f = SPECIAL[name]
+    for x in POINTS:
+        vg = ad.value_and_grad(f)
+        vg(x + 0.0)  # (the loop nests are made here, checked against the NumPy code)
+        assert _lowered(vg)
+        with np.errstate(all="ignore"):
+            v, g = vg(x)
+            want = f(x)
+        np.testing.assert_equal(v, want)
+        with np.errstate(all="ignore"):  # the tape interpreter (NumPy calls, node by node)
+            ev, eg = vg.last.compiled.tape.evaluate(x)
+        np.testing.assert_equal(v, ev)
+        np.testing.assert_allclose(g, eg, rtol=1e-12)
+
+
+def test_loop_nests_that_disagree_are_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong loop version (here: twice the answer) is caught by the first call's
+    comparison, and the NumPy code goes on; the test suite's strict mode raises it."""
+    source = arrays.LoopVersion.__init__
+
+    def doubled(self, text, consts, fname):  # noqa: ANN001, ANN202
+        wrong = text.replace("return True", "out[:] = 2.0 * out\n    return True")
+        source(self, wrong, consts, fname)
+
+    monkeypatch.setattr(arrays.LoopVersion, "__init__", doubled)
+    f = lambda x: np.sum(np.tanh(x) ** 2)  # noqa: E731
+    x = RNG.normal(size=50)
+    with pytest.raises(AssertionError, match="disagree with its NumPy code"):
+        ad.value_and_grad(f)(x)
+    monkeypatch.setenv("ADCOMPILE_STRICT", "0")
+    vg = ad.value_and_grad(lambda x: np.sum(np.tanh(x) ** 3))
+    v, g = vg(x)
+    v, g = vg(x)
+    assert not _lowered(vg)
+    assert v == pytest.approx(np.sum(np.tanh(x) ** 3), rel=1e-12)
+    np.testing.assert_allclose(g, 3 * np.tanh(x) ** 2 * (1 - np.tanh(x) ** 2), rtol=1e-12)
+
+
+def test_made_in_the_background_after_hot_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default the loop nests are made in a thread of their own at the
+    ``HOT_CALLS``-th call, while calls go on by the NumPy code."""
+    monkeypatch.setattr(arrays, "HOT_CALLS", 5)
+    monkeypatch.setattr(arrays, "BACKGROUND", True)
+    w = RNG.normal(size=3)
+    vg = ad.value_and_grad(lambda w, X: np.mean(np.log1p(np.exp(-(X @ w)))))
+    X = RNG.normal(size=(40, 3))
+    for _ in range(4):
+        vg(w, X)
+        assert not _lowered(vg)
+    results = [vg(w + 0.01 * k, X) for k in range(20)]  # (meanwhile, the thread)
+    vg.wait_for_entries()
+    assert _lowered(vg)
+    for k, (v, g) in enumerate(results):
+        z = X @ (w + 0.01 * k)
+        assert v == pytest.approx(np.mean(np.log1p(np.exp(-z))), rel=1e-12)
+        np.testing.assert_allclose(g, -(X.T @ (1 / (1 + np.exp(z)))) / 40, rtol=1e-10)
+    assert vg(w, X)[0] == pytest.approx(results[0][0], rel=1e-13)
+
+
+def test_one_program_for_every_batch_length() -> None:
+    """Array code generic in the batch length has loop nests in ``n`` too: one
+    Numba function for every length, checked at lengths it was not traced at."""
+
+    def loss(W, b, X, y):  # noqa: ANN001, ANN202, N803
+        h = np.maximum(X @ W + b, 0.0)
+        return np.mean((h.sum(axis=1) - y) ** 2) + 1e-3 * np.sum(W * W)
+
+    W, b = RNG.normal(size=(4, 5)), RNG.normal(size=5)
+    vg = ad.value_and_grad(loss, argnums=(0, 1))
+    for n in (300, 301, 517, 40):
+        X, y = RNG.normal(size=(n, 4)), RNG.normal(size=n)
+        (v, (gW, gb)) = vg(W, b, X, y)
+        assert "for i0 in range(n):" in vg.source
+        assert v == pytest.approx(loss(W, b, X, y), rel=1e-12)
+        d = RNG.normal(size=W.shape)
+        fd = central_diff(lambda W_: loss(W_, b, X, y), W, d)
+        assert float(np.sum(gW * d)) == pytest.approx(fd, rel=1e-6)
+    assert vg.traces == 1
