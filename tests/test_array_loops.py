@@ -167,3 +167,26 @@ def test_one_program_for_every_batch_length() -> None:
         fd = central_diff(lambda W_: loss(W_, b, X, y), W, d)
         assert float(np.sum(gW * d)) == pytest.approx(fd, rel=1e-6)
     assert vg.traces == 1
+
+
+@pytest.mark.parametrize("prefer", ["numpy", "loops"])
+def test_parameters_named_like_the_codes_own_variables(
+    prefer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parameter named ``v0``, ``n``, ``np``, ``i0`` ... is renamed in array code:
+    before, ``v0 = a; v1 = v0`` read the overwritten ``v0`` (a wrong answer)."""
+    monkeypatch.setattr(arrays, "PREFER", prefer)
+
+    def f(a, v0, out, i0, np_, n, x3, t1, math, _c2):  # noqa: ANN001, ANN202
+        return np.sum(a * v0 + out * i0 * np_ + n * x3 * t1 + math * _c2)
+
+    xs = [RNG.normal(size=3) for _ in range(10)]
+    vg = ad.value_and_grad(f, argnums=tuple(range(10)))
+    vg(*xs)
+    v, g = vg(*xs)
+    assert _lowered(vg) == (prefer == "loops")
+    assert v == pytest.approx(f(*xs), rel=1e-12)
+    a, v0, out, i0, np_, n, x3, t1, math, c2 = xs
+    wants = [v0, a, i0 * np_, out * np_, out * i0, x3 * t1, n * t1, n * x3, c2, math]
+    for got, want in zip(g, wants):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

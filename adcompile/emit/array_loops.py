@@ -30,7 +30,7 @@ from ..ir.array_ops import broadcast_index
 from ..ir.arrays import ArrayOp, ArrayTape
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
-from .arrays import literal, out_sizes
+from .arrays import code_params, literal, out_sizes
 
 _INIT = {"sum": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf"}
 
@@ -126,7 +126,7 @@ class _Printer:
     # ------------------------------------------------------------ printing
 
     def source(self, params: Sequence[Param], fname: str, doc: str) -> tuple[str, dict]:
-        tape, body = self.tape, []
+        tape, body, params = self.tape, [], code_params(params)
         for pos, i in enumerate(tape.inputs):
             shape, name, size = tape.shapes[i], params[pos].name, params[pos].size
             if not shape:  # a number (passed as one of its own, or as an array of one)

@@ -15,6 +15,7 @@ come back with the source, for the loader.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,18 @@ def literal(v: float) -> str:
     return repr(float(v))
 
 
+# names array code gives its own variables (slots, loop temporaries, indices,
+# constants), and those it reads: a parameter of one of them is renamed
+_CLASH = re.compile(r"(v|t|x|i|_c)\d+|n|np|math|out")
+
+
+def code_params(params: Sequence[Param]) -> list[Param]:
+    """``params`` as array code names them: ``arg_<name>`` where a name is one the
+    code gives its own variables or reads (``v0``, ``n``, ``np``), so that no
+    statement reads a parameter its code has overwritten."""
+    return [Param(f"arg_{p.name}", p.size) if _CLASH.fullmatch(p.name) else p for p in params]
+
+
 def out_sizes(tape: ArrayTape) -> list[int]:
     """How many floats each output of ``tape`` writes into ``out``."""
     return [math.prod(tape.shapes[o]) for o in tape.outputs]
@@ -46,6 +59,7 @@ def array_source(
     """The module source of ``fname(*params, out)`` computing ``tape``'s outputs into
     ``out`` (flattened, in order), and the names it reads besides NumPy."""
     names: dict[str, Any] = {}
+    params = code_params(params)
 
     def operand(i: int) -> str:
         node = tape.nodes[i]
