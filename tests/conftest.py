@@ -77,6 +77,13 @@ NOT_IN_CHECK_MODE = {
     "tests/test_numba_entry.py::test_gradient_descent_in_njit_matches_the_transform[300]": (
         "10,000 calls at n = 300, each run eagerly too (100 s); the n = 10 case runs"
     ),
+    **{
+        f"tests/test_array_loops.py::test_nan_inf_and_zeros_as_numpy_gives_them[{name}]": (
+            "np.max and np.clip of an array of Values skip a nan as Python's max does, where "
+            "NumPy (and the compiled code, checked against it there) give nan"
+        )
+        for name in ("max min", "clip")
+    },
 }
 
 
