@@ -538,6 +538,21 @@ def _steady(step: Callable[[], Any], budget: float, min_steps: int) -> dict[str,
     }
 
 
+def _loops_ready(step: Callable[[], Any], facts: dict, rec: dict) -> None:
+    """For adcompile: the calls after which array code's loop nests are made (in the
+    background), and the wait for them, so that the steps timed are of what runs
+    from then on (``loops_ready_s``: how long that took)."""
+    if "vg" not in facts:
+        return
+    from adcompile.backend import arrays as array_code
+
+    clock = time.perf_counter()
+    for _ in range(array_code.HOT_CALLS):
+        step()
+    facts["vg"].wait_for_entries()
+    rec["loops_ready_s"] = time.perf_counter() - clock
+
+
 def _adcompile_facts(vg: Any) -> dict[str, Any]:
     events = getattr(vg, "events", [])
     produced = events[-1].produced if events else ""
@@ -587,6 +602,7 @@ def measure(
         value, grad = fun(prob.args[0])
         value, grads, x_final = float(value), (np.asarray(grad),), np.asarray(res.x)
         step = lambda: fun(prob.args[0])  # noqa: E731
+        _loops_ready(step, facts, rec)
         rec.update(_steady(step, budget, min_steps))
     else:
         step, facts = make_step(system, prob)
@@ -595,14 +611,7 @@ def measure(
         t1 = time.perf_counter()
         value, grads = step()
         rec["first_call_s"] = time.perf_counter() - t1
-        if "vg" in facts:  # its loop nests: made after HOT_CALLS calls, in the background
-            from adcompile.backend import arrays as array_code
-
-            t1 = time.perf_counter()
-            for _ in range(array_code.HOT_CALLS):
-                step()
-            facts["vg"].wait_for_entries()
-            rec["loops_ready_s"] = time.perf_counter() - t1
+        _loops_ready(step, facts, rec)
         rec.update(_steady(step, budget, min_steps))
         x_final = None
         if system == "adcompile":  # the answer of a steady-state call, too
