@@ -13,7 +13,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import central_diff
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_arrays import CASES
+from test_arrays_fuzz import ENDS, EXAMPLES, STEPS, _program
 
 import adcompile as ad
 from adcompile.api import captured
@@ -190,3 +193,31 @@ def test_parameters_named_like_the_codes_own_variables(
     wants = [v0, a, i0 * np_, out * np_, out * i0, x3 * t1, n * t1, n * x3, c2, math]
     for got, want in zip(g, wants):
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+@settings(
+    max_examples=max(EXAMPLES // 2, 5),
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(steps=st.lists(STEPS, min_size=1, max_size=5), end=ENDS, seed=st.integers(0, 2**16))
+def test_random_numpy_programs_as_loop_nests(steps, end, seed) -> None:  # noqa: ANN001
+    """test_arrays_fuzz's random NumPy programs, run by their loop nests at a fresh
+    point: against plain NumPy's value, central differences, and the tape
+    interpreter (NumPy calls node by node)."""
+    f = _program(steps, end)
+    rng = np.random.default_rng(seed)
+    traced_at, fresh = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    vg = ad.value_and_grad(f)
+    vg(traced_at)
+    assert _lowered(vg), vg.source[:300]
+    v, g = vg(fresh)
+    with np.errstate(all="ignore"):
+        want = float(f(fresh))
+        iv, ig = vg.last.compiled.tape.evaluate(fresh)
+    assert v == pytest.approx(want, rel=1e-11, abs=1e-12)
+    np.testing.assert_allclose(g, ig, rtol=1e-10, atol=1e-12)
+    d = rng.normal(size=fresh.shape)
+    fd = central_diff(f, fresh, d, h=1e-6)
+    assert float(np.sum(g * d)) == pytest.approx(fd, rel=2e-5, abs=2e-6)

@@ -100,6 +100,8 @@ class _Printer:
             shape = tape.shapes[i]
             readers = self.readers[i]
             wants_array = any(self.kinds[r] in ("statement", "reshape") for r in readers)
+            # (a reshape's operand is a C-contiguous array of its own: not a view such as .T)
+            wants_own = any(self.kinds[r] == "reshape" for r in readers)
             if kind == "uniform":
                 state.append("name" if wants_array else "literal")
             elif kind in ("input", "const", "reduce", "statement", "reshape") or not shape:
@@ -108,7 +110,7 @@ class _Printer:
                 arg = tape.nodes[i].args[0]
                 base = state[arg] == "name" and bool(tape.shapes[arg])  # (not a number)
                 array = base and tape.nodes[i].op.loop.array is not None
-                state.append("free" if not wants_array or array else "name")
+                state.append("free" if not wants_array or (array and not wants_own) else "name")
             elif i in outputs or wants_array or len(readers) != 1:
                 state.append("name")
             elif math.prod(self._space(readers[0])) > math.prod(shape):
