@@ -221,3 +221,21 @@ def test_random_numpy_programs_as_loop_nests(steps, end, seed) -> None:  # noqa:
     d = rng.normal(size=fresh.shape)
     fd = central_diff(f, fresh, d, h=1e-6)
     assert float(np.sum(g * d)) == pytest.approx(fd, rel=2e-5, abs=2e-6)
+
+
+@pytest.mark.parametrize("name", ["matmul shapes", "reshapes", "mean"])
+def test_products_by_blas(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same cases with every matrix product by np.dot (BLAS), as large ones are."""
+    from adcompile.emit import array_loops
+
+    monkeypatch.setattr(array_loops, "SMALL_PRODUCT", 0)
+    case, x = CASES[name]
+    f = lambda x: case(x) + 0.5  # noqa: E731  (not the program of test_numpy_functions...)
+    vg = ad.value_and_grad(f)
+    vg(x)
+    assert _lowered(vg) and "np.dot(" in vg.source
+    fresh = x + 0.1 * RNG.normal(size=x.shape)
+    v, g = vg(fresh)
+    assert v == pytest.approx(float(f(fresh)), rel=1e-10, abs=1e-12)
+    d = RNG.normal(size=x.shape)
+    assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)

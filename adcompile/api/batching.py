@@ -227,7 +227,7 @@ class BatchMixin:
                 break  # (a loop over the rows: another program at each length)
             params = self._params(names, mkey)
             src, used = array_source(code, params, fname, doc)
-            loops.append(loop_version(code, params, fname, doc))
+            loops.append(loop_version(code, params, fname, doc, generic=True))
             sources.append(src)
             consts.append(used)
             tapes.append(code)

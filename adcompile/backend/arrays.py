@@ -149,13 +149,17 @@ def _best(fn: Callable, args: tuple, out: np.ndarray, repeat: int = 5) -> float:
 
 
 def loop_version(
-    tape: ArrayTape, params: list[Param], fname: str, doc: str
+    tape: ArrayTape, params: list[Param], fname: str, doc: str, generic: bool = False
 ) -> tuple[str, dict[str, np.ndarray]] | None:
     """The loop source of ``tape`` (and its constant arrays), or None where an op
-    has no loop form or the tape is longer than ``LOOP_MAX_NODES``."""
+    has no loop form or the tape is longer than ``LOOP_MAX_NODES``. ``generic``:
+    to be made one program in the batch length (every product by ``np.dot``: which
+    are small depends on the length)."""
     if len(tape.nodes) > LOOP_MAX_NODES:
         return None
     try:
+        if generic:
+            return loop_source(tape, params, fname, doc, small=0)
         return loop_source(tape, params, fname, doc)
     except NotLowered:
         return None

@@ -33,6 +33,9 @@ from ..ir.tape import CONST, INPUT, Param
 from .arrays import code_params, literal, out_sizes
 
 _INIT = {"sum": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf"}
+#: A matrix product of at most this many multiply-adds is written as loops (its
+#: operands' views read in place); a larger one calls np.dot (BLAS).
+SMALL_PRODUCT = 32768
 
 
 class NotLowered(ValueError):
@@ -40,18 +43,20 @@ class NotLowered(ValueError):
 
 
 def loop_source(
-    tape: ArrayTape, params: Sequence[Param], fname: str, doc: str
+    tape: ArrayTape, params: Sequence[Param], fname: str, doc: str, small: int | None = None
 ) -> tuple[str, dict[str, np.ndarray]]:
     """The source of ``fname(*params, out, *consts)`` computing ``tape``'s outputs
     into ``out`` (flattened, in order) as loop nests, and the constant arrays it
     takes after ``out`` (by name, in order); :class:`NotLowered` where an op has
-    no loop form."""
-    return _Printer(tape).source(params, fname, doc)
+    no loop form. Products of at most ``small`` multiply-adds are loops (0: none,
+    as code generic in the batch length has it, whose sizes are not known; None:
+    ``SMALL_PRODUCT``)."""
+    return _Printer(tape, SMALL_PRODUCT if small is None else small).source(params, fname, doc)
 
 
 class _Printer:
-    def __init__(self, tape: ArrayTape) -> None:
-        self.tape = tape
+    def __init__(self, tape: ArrayTape, small: int) -> None:
+        self.tape, self.small = tape, small
         self.kinds = [self._kind(i) for i in range(len(tape.nodes))]
         self.readers: list[list[int]] = [[] for _ in tape.nodes]
         for i, node in enumerate(tape.nodes):
@@ -88,6 +93,8 @@ class _Printer:
             return "view"
         if form.reduce is not None:
             return "reduce"
+        if form.product and math.prod(shapes[0]) * shapes[1][-1] <= self.small:
+            return "product"
         return "statement"
 
     def _plan(self) -> list[str]:
@@ -102,16 +109,19 @@ class _Printer:
             wants_array = any(self.kinds[r] in ("statement", "reshape") for r in readers)
             # (a reshape's operand is a C-contiguous array of its own: not a view such as .T)
             wants_own = any(self.kinds[r] == "reshape" for r in readers)
+            products = any(self.kinds[r] == "product" for r in readers)  # (read many times)
             if kind == "uniform":
                 state.append("name" if wants_array else "literal")
-            elif kind in ("input", "const", "reduce", "statement", "reshape") or not shape:
+            elif kind in ("input", "const", "reduce", "statement", "reshape", "product"):
+                state.append("name")
+            elif not shape:
                 state.append("name")
             elif kind == "view" and state[tape.nodes[i].args[0]] in ("name", "free", "literal"):
                 arg = tape.nodes[i].args[0]
                 base = state[arg] == "name" and bool(tape.shapes[arg])  # (not a number)
                 array = base and tape.nodes[i].op.loop.array is not None
                 state.append("free" if not wants_array or (array and not wants_own) else "name")
-            elif i in outputs or wants_array or len(readers) != 1:
+            elif i in outputs or wants_array or len(readers) != 1 or products:
                 state.append("name")
             elif math.prod(self._space(readers[0])) > math.prod(shape):
                 state.append("name")  # broadcast: each element would be made again
@@ -184,6 +194,8 @@ class _Printer:
             return form.statement.format(*operands, name=name).splitlines()
         if kind == "reduce":
             return self._reduce(i)
+        if kind == "product":
+            return self._product(i)
         if not shape:  # a number
             lines: list[str] = []
             value = self._element(i, [], lines, top=True)
@@ -220,6 +232,30 @@ class _Printer:
             better = ">" if kind == "max" else "<"
             inner += [f"if {x} {better} {acc} or {x} != {x}:", f"    {acc} = {x}"]
         return head + _nest(space, inner)
+
+    def _product(self, i: int) -> list[str]:
+        """A small matrix product as loops: ``out[i, j] += a[i, k] * b[k, j]``, the
+        innermost loop along a row of ``b`` (1-D operands: a row, a column)."""
+        tape, name = self.tape, self.tape.name(i)
+        a, b = tape.nodes[i].args
+        sa, sb = tape.shapes[a], tape.shapes[b]
+        rows = ["i0"] if len(sa) == 2 else []
+        cols = ["i2"] if len(sb) == 2 else []
+        left = self._element(a, [*rows, "i1"], [])
+        right = self._element(b, ["i1", *cols], [])
+        at = ", ".join(rows + cols)
+        acc = f"{name}[{at}]" if at else name
+        shape = tape.shapes[i]
+        lines = [f"{name} = np.zeros({shape!r})" if shape else f"{name} = 0.0"]
+        inner = [f"x{i} = {left}"]
+        if cols:
+            inner += [f"for i2 in range({sb[1]}):", f"    {acc} += x{i} * {right}"]
+        else:
+            inner.append(f"{acc} += x{i} * {right}")
+        body = [f"for i1 in range({sa[-1]}):", *("    " + line for line in inner)]
+        if rows:
+            body = [f"for i0 in range({sa[0]}):", *("    " + line for line in body)]
+        return lines + body
 
     def _element(self, i: int, index: Sequence[str], lines: list[str], top: bool = False) -> str:
         """The text of node ``i``'s element at ``index``, with the statements it needs

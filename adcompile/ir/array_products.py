@@ -70,6 +70,7 @@ def matmul() -> ArrayOp:
             loop=LoopForm(
                 statement="{name} = np.dot({0}, {1})",
                 fits=lambda a, b: len(a) <= 2 and len(b) <= 2,
+                product=True,
             ),
         ),
     )
