@@ -212,7 +212,7 @@ class BatchMixin:
         wrt = self._wrt_args(len(args))
         gens = self._caps.generators if self._caps is not None else ()
         fun, sources, consts, tapes = self._fun_for_trace(), [], [], []
-        loops: list[tuple[str, dict] | None] = []
+        printed = []  # (array tape, parameters) at each length: for the loop nests
         for m in lengths(n):
             shaped = [
                 np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
@@ -227,7 +227,7 @@ class BatchMixin:
                 break  # (a loop over the rows: another program at each length)
             params = self._params(names, mkey)
             src, used = array_source(code, params, fname, doc)
-            loops.append(loop_version(code, params, fname, doc, generic=True))
+            printed.append((code, params))
             sources.append(src)
             consts.append(used)
             tapes.append(code)
@@ -240,9 +240,13 @@ class BatchMixin:
         made = generic_source(sources, consts, n)
         if made is None:
             return None
-        generic_loops = None
-        if all(loops):
-            generic_loops = generic_source([s for s, _ in loops], [c for _, c in loops], n)
+
+        def generic_loops() -> tuple[str, dict] | None:  # (when hot: backend.arrays)
+            loops = [loop_version(c, p, fname, doc, generic=True) for c, p in printed]
+            if not all(loops):
+                return None
+            return generic_source([s for s, _ in loops], [c for _, c in loops], n)
+
         gen = ArrayBatchCompiled(made[0], made[1], fname, tapes[0], lengths(n), generic_loops)
         self._stages.update(gen.timings)
         return gen

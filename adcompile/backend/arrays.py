@@ -42,8 +42,8 @@ BACKGROUND = True
 #: "loops": keep the loop nests once they agree, however they time (the tests);
 #: "numpy": never make them; None: keep the faster.
 PREFER: str | None = None
-#: Array tapes of more nodes than this get no loop nests (Numba takes about 40 ms
-#: a node to compile them; a loop over time steps unrolled makes thousands).
+#: Array tapes of more nodes than this, their repeated runs folded into loops, get
+#: no loop nests (Numba takes about 40 ms a node to compile them).
 LOOP_MAX_NODES = 400
 _making: list[threading.Thread] = []
 _failed: list[BaseException] = []
@@ -58,14 +58,18 @@ def wait_for_loops(timeout: float | None = None) -> None:
         raise _failed.pop()
 
 
-class LoopVersion:
-    """The loop nests of a program of NumPy code (module doc): ``source`` (its
-    function named ``fname`` takes the constant arrays ``consts`` after ``out``).
-    ``outcome`` says, once decided, which version runs and why."""
+Made = tuple[str, dict[str, np.ndarray]]
 
-    def __init__(self, source: str, consts: dict[str, np.ndarray], fname: str) -> None:
-        self.source, self.fname = source, fname
-        self.consts = tuple(consts.values())
+
+class LoopVersion:
+    """The loop nests of a program of NumPy code (module doc), printed by ``make()``
+    when hot: (source, constant arrays), whose function named ``fname`` takes the
+    constant arrays after ``out``; or None where it has none. ``outcome`` says,
+    once decided, which version runs and why."""
+
+    def __init__(self, make: Callable[[], Made | None], fname: str) -> None:
+        self.make, self.fname = make, fname
+        self.source: str | None = None
         self.calls = 0
         self.outcome: str | None = None
         self.seconds: dict[str, float] = {}
@@ -91,8 +95,13 @@ class LoopVersion:
 
         try:
             clock = time.perf_counter()
+            made = self.make()
+            if made is None:
+                self.outcome = "NumPy code (no loop nests: an op has no loop form, or too long)"
+                return
+            self.source, consts_by_name = made
+            consts = tuple(consts_by_name.values())
             fn = jit.njit(getattr(loader.load(self.source, self.fname), self.fname))
-            consts = self.consts
 
             def loops(*a: Any) -> Any:
                 return fn(*a, *consts)
@@ -150,17 +159,14 @@ def _best(fn: Callable, args: tuple, out: np.ndarray, repeat: int = 5) -> float:
 
 def loop_version(
     tape: ArrayTape, params: list[Param], fname: str, doc: str, generic: bool = False
-) -> tuple[str, dict[str, np.ndarray]] | None:
+) -> Made | None:
     """The loop source of ``tape`` (and its constant arrays), or None where an op
-    has no loop form or the tape is longer than ``LOOP_MAX_NODES``. ``generic``:
-    to be made one program in the batch length (every product by ``np.dot``: which
-    are small depends on the length)."""
-    if len(tape.nodes) > LOOP_MAX_NODES:
-        return None
+    has no loop form or the tape, its repeated runs folded, is longer than
+    ``LOOP_MAX_NODES``. ``generic``: to be made one program in the batch length
+    (every product by ``np.dot``: which are small depends on the length)."""
     try:
-        if generic:
-            return loop_source(tape, params, fname, doc, small=0)
-        return loop_source(tape, params, fname, doc)
+        small = 0 if generic else None
+        return loop_source(tape, params, fname, doc, small=small, max_nodes=LOOP_MAX_NODES)
     except NotLowered:
         return None
 
@@ -195,8 +201,7 @@ class ArrayCompiled(NumPyCode, CompiledProgram):
         self.source, names = array_source(tape, params, fname, doc)
         self.n_out = sum(out_sizes(tape))
         self.run = getattr(loader.load(self.source, fname, {"np": np, **names}), fname)
-        made = loop_version(tape, params, fname, doc)
-        self.loops = None if made is None else LoopVersion(made[0], made[1], fname)
+        self.loops = LoopVersion(lambda: loop_version(tape, params, fname, doc), fname)
         ops = tape.n_ops
         self.explanation = (
             f"Array code: {ops} NumPy calls on whole arrays, one statement each "
@@ -282,14 +287,14 @@ class ArrayBatchCompiled:
         fname: str,
         tape: ArrayTape,
         lengths: tuple,
-        loops: tuple[str, dict[str, np.ndarray]] | None = None,
+        loops: Callable[[], Made | None] | None = None,
     ) -> None:
         clock = time.perf_counter()
         self.source, self.lengths, self.tape = source, lengths, tape  # (tape: at lengths[0])
         self.n_out = sum(out_sizes(tape))
         ops = tape.n_ops
         self.run = getattr(loader.load(source, fname, {"np": np, **names}), fname)
-        self.loops = None if loops is None else LoopVersion(*loops, fname)
+        self.loops = None if loops is None else LoopVersion(loops, fname)
         self.refused: set[int] = set()
         self.explanation = (
             f"Array code for every batch length n (traced at {', '.join(map(str, lengths))}): "

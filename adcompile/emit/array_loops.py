@@ -26,10 +26,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..ir.array_ops import broadcast_index
 from ..ir.arrays import ArrayOp, ArrayTape
+from ..ir.loop_forms import broadcast_index
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
+from ..loops.array_scan import Span, fold
 from .arrays import code_params, literal, out_sizes
 
 _INIT = {"sum": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf"}
@@ -43,20 +44,38 @@ class NotLowered(ValueError):
 
 
 def loop_source(
-    tape: ArrayTape, params: Sequence[Param], fname: str, doc: str, small: int | None = None
+    tape: ArrayTape,
+    params: Sequence[Param],
+    fname: str,
+    doc: str,
+    small: int | None = None,
+    max_nodes: int | None = None,
 ) -> tuple[str, dict[str, np.ndarray]]:
     """The source of ``fname(*params, out, *consts)`` computing ``tape``'s outputs
     into ``out`` (flattened, in order) as loop nests, and the constant arrays it
     takes after ``out`` (by name, in order); :class:`NotLowered` where an op has
-    no loop form. Products of at most ``small`` multiply-adds are loops (0: none,
-    as code generic in the batch length has it, whose sizes are not known; None:
-    ``SMALL_PRODUCT``)."""
-    return _Printer(tape, SMALL_PRODUCT if small is None else small).source(params, fname, doc)
+    no loop form, or the tape has more than ``max_nodes`` nodes once its repeated
+    runs are folded into loops (``loops.array_scan``). Products of at most
+    ``small`` multiply-adds are loops (0: none, as code generic in the batch
+    length has it, whose sizes are not known; None: ``SMALL_PRODUCT``)."""
+    folded, spans = fold(tape)
+    if max_nodes is not None and len(folded.nodes) > max_nodes:
+        raise NotLowered(f"{len(folded.nodes)} nodes once folded (more than {max_nodes})")
+    small = SMALL_PRODUCT if small is None else small
+    return _Printer(folded, small, spans).source(params, fname, doc)
 
 
 class _Printer:
-    def __init__(self, tape: ArrayTape, small: int) -> None:
-        self.tape, self.small = tape, small
+    def __init__(self, tape: ArrayTape, small: int, spans: Sequence[Span] = ()) -> None:
+        self.tape, self.small, self.spans = tape, small, list(spans)
+        # the loop each node is in (-1: none), and the nodes that must be arrays or
+        # numbers of their own: what a loop carries or keeps, and carries' first values
+        self.region = [-1] * len(tape.nodes)
+        self.forced: set[int] = set()
+        for k, span in enumerate(self.spans):
+            self.region[span.first : span.last] = [k] * (span.last - span.first)
+            self.forced |= {i for c in span.carries for i in c[1:]}
+            self.forced |= {i for _, i in span.stacks}
         self.kinds = [self._kind(i) for i in range(len(tape.nodes))]
         self.readers: list[list[int]] = [[] for _ in tape.nodes]
         for i, node in enumerate(tape.nodes):
@@ -110,7 +129,10 @@ class _Printer:
             # (a reshape's operand is a C-contiguous array of its own: not a view such as .T)
             wants_own = any(self.kinds[r] == "reshape" for r in readers)
             products = any(self.kinds[r] == "product" for r in readers)  # (read many times)
-            if kind == "uniform":
+            elsewhere = any(self.region[r] != self.region[i] for r in readers)
+            if i in self.forced:
+                state.append("name")
+            elif kind == "uniform":
                 state.append("name" if wants_array else "literal")
             elif kind in ("input", "const", "reduce", "statement", "reshape", "product"):
                 state.append("name")
@@ -121,7 +143,7 @@ class _Printer:
                 base = state[arg] == "name" and bool(tape.shapes[arg])  # (not a number)
                 array = base and tape.nodes[i].op.loop.array is not None
                 state.append("free" if not wants_array or (array and not wants_own) else "name")
-            elif i in outputs or wants_array or len(readers) != 1 or products:
+            elif i in outputs or wants_array or len(readers) != 1 or products or elsewhere:
                 state.append("name")
             elif math.prod(self._space(readers[0])) > math.prod(shape):
                 state.append("name")  # broadcast: each element would be made again
@@ -146,12 +168,20 @@ class _Printer:
             else:
                 text = name if len(shape) == 1 else f"{name}.reshape({shape!r})"
                 body.append(f"{tape.name(i)} = {text}")
+        pad = ""
         for i, node in enumerate(tape.nodes):
+            span = next((s for s in self.spans if s.first == i), None)
+            if span is not None:
+                body += self._prologue(span)
+                pad = "    "
             if i == tape.adjoint_from:
-                body.append("# the adjoint: reverse mode, node by node backwards")
-            if node.op == INPUT or self.state[i] != "name":
-                continue
-            body += self._make(i)
+                body.append(pad + "# the adjoint: reverse mode, node by node backwards")
+            if node.op != INPUT and self.state[i] == "name":
+                body += [pad + line for line in self._make(i)]
+            span = next((s for s in self.spans if s.last == i + 1), None)
+            if span is not None:
+                body += [pad + line for line in self._epilogue(span)]
+                pad = ""
         start = 0
         for o, size in zip(tape.outputs, out_sizes(tape)):
             body += self._write_out(o, start)
@@ -173,6 +203,21 @@ class _Printer:
         ]
         return "\n".join(head + ["    " + line for line in body]) + "\n", self.consts
 
+    def _prologue(self, span: Span) -> list[str]:
+        """Before a loop: its stacks made, its carries given their first values."""
+        tape, lines = self.tape, [f"# {span.reps} steps of {span.last - span.first} nodes"]
+        for stack, i in span.stacks:
+            dtype = ", dtype=np.bool_" if tape.booleans[i] else ""
+            lines.append(f"{stack} = np.empty({(span.reps, *tape.shapes[i])!r}{dtype})")
+        for name, init, _ in span.carries:
+            lines.append(f"{name} = {self._array(init)}")
+        return [*lines, f"for {span.var} in range({span.reps}):"]
+
+    def _epilogue(self, span: Span) -> list[str]:
+        """At the end of a step: what it keeps, and what the next step reads."""
+        lines = [f"{stack}[{span.var}] = {self.tape.name(i)}" for stack, i in span.stacks]
+        return lines + [f"{name} = {self.tape.name(i)}" for name, _, i in span.carries]
+
     def _make(self, i: int) -> list[str]:
         """The statements making node ``i``'s array (or number)."""
         tape, kind, name = self.tape, self.kinds[i], self.tape.name(i)
@@ -184,6 +229,8 @@ class _Printer:
         if kind == "uniform":
             v = node.value
             v = v.flat[0] if isinstance(v, np.ndarray) else v
+            if not shape:  # (a number of its own: a loop carries it)
+                return [f"{name} = {_number(v)}"]
             dtype = ", dtype=np.bool_" if tape.booleans[i] else ""
             return [f"{name} = np.full({shape!r}, {_number(v)}{dtype})"]
         if kind in ("statement", "reshape"):

@@ -13,12 +13,13 @@ NumPy's (``added_at``, ``updated``, ``prod_of_others``) are each op's
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
+from .loop_forms import broadcast_index, getitem_form, unit_reshape
 from .ops import OPS
 
 # ---------------------------------------------------------------- helpers on arrays
@@ -276,24 +277,9 @@ def reshape(shape: Shape) -> ArrayOp:
             (lambda g, out, x: reshape(shape_of(x))(g),),
             lambda s: shape,
             keeps_shape=True,
-            loop=LoopForm(view=_unit_reshape, array=f"{{0}}.reshape({shape!r})"),
+            loop=LoopForm(view=unit_reshape, array=f"{{0}}.reshape({shape!r})"),
         ),
     )
-
-
-def _unit_reshape(index: Sequence[str], shape: Shape, old: Shape) -> list[str] | None:
-    """The operand's index of a reshape that only adds or drops axes of length 1."""
-    kept = [i for i, n in zip(index, shape) if n != 1]
-    if [n for n in shape if n != 1] != [n for n in old if n != 1]:
-        return None
-    it = iter(kept)
-    return ["0" if n == 1 else next(it) for n in old]
-
-
-def broadcast_index(index: Sequence[str], shape: Shape, old: Shape) -> list[str]:
-    """The index of an operand of shape ``old`` broadcast to ``shape`` at ``index``."""
-    lead = len(shape) - len(old)
-    return ["0" if n == 1 else index[lead + k] for k, n in enumerate(old)]
 
 
 def transpose(axes: tuple[int, ...]) -> ArrayOp:
@@ -452,58 +438,25 @@ def getitem(index: tuple) -> ArrayOp:
             (lambda g, out, x: scatter_add(index, shape_of(x))(g),),
             lambda s: _indexed_shape(s, index),
             constants=constants,
-            loop=_getitem_loop(index, text),
+            loop=getitem_form(index, text),
+            index=index,
+            remake=getitem,
         )
 
     return _index_op("getitem", index, None, make)
 
 
 def _settable(index: tuple) -> bool:
-    """Whether Numba writes ``z[index] = v`` as NumPy does: ints and slices only."""
-    return all(isinstance(i, (int, np.integer, slice)) for i in index)
-
-
-def _getitem_loop(index: tuple, text: str) -> LoopForm | None:
-    """``x[index]`` in loop nests: an element of the result reads one of ``x`` (a
-    basic index), and a leading run of ints is a view of a whole array."""
-    if not _basic(index):
-        return None
-    ints = all(isinstance(i, (int, np.integer)) for i in index)
-
-    def view(at: Sequence[str], shape: Shape, old: Shape) -> list[str]:
-        items = list(index)
-        if Ellipsis in items:
-            k = items.index(Ellipsis)
-            filled = len(old) - sum(1 for i in items if i is not None and i is not Ellipsis)
-            items[k : k + 1] = [slice(None)] * filled
-        items += [slice(None)] * (len(old) - sum(1 for i in items if i is not None))
-        found, rest = [], iter(at)
-        dims = iter(old)
-        for item in items:
-            if item is None:
-                next(rest)
-                continue
-            n = next(dims)
-            if isinstance(item, slice):
-                start, _, step = item.indices(n)
-                r = next(rest)
-                found.append(_affine(start, step, r))
-            else:
-                found.append(str(int(item) % n))
-        return found
-
-    return LoopForm(view=view, array=f"{{0}}[{text}]" if ints else None)
-
-
-def _affine(start: int, step: int, r: str) -> str:
-    term = r if step == 1 else f"{step} * {r}"
-    return term if start == 0 else f"({start} + {term})"
+    """Whether Numba writes ``z[index] = v`` as NumPy does: ints and slices only (an
+    int may be the text of one in loop code)."""
+    return all(isinstance(i, (int, np.integer, slice, str)) for i in index)
 
 
 def _indexed_shape(shape: Shape, index: tuple) -> Shape:
     """The shape of ``x[index]`` for ``x`` of ``shape`` (NumPy's rule, on a view of no
     memory; IndexError as NumPy's)."""
-    return np.broadcast_to(np.bool_(False), shape)[index].shape
+    at = tuple(0 if isinstance(i, str) else i for i in index)  # (a scan's step: in range)
+    return np.broadcast_to(np.bool_(False), shape)[at].shape
 
 
 def _fits(small: Shape, shape: Shape) -> bool:
@@ -535,6 +488,8 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
                 statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
                 fits=lambda s: _settable(index),
             ),
+            index=index,
+            remake=lambda at: scatter_add(at, shape),
         )
 
     return _index_op("scatter_add", index, shape, make)
@@ -560,6 +515,8 @@ def setitem(index: tuple) -> ArrayOp:
                 fits=lambda sx, sv: _settable(index)
                 and sv in ((), _indexed_shape(sx, index)),
             ),
+            index=index,
+            remake=setitem,
         )
 
     return _index_op("setitem", index, None, make)

@@ -85,9 +85,14 @@ class ArrayOp(Op):
         constants: dict[str, Any] | None = None,
         keeps_shape: bool = False,
         loop: LoopForm | None = None,
+        index: tuple | None = None,
+        remake: Callable[[tuple], ArrayOp] | None = None,
     ) -> None:
         super().__init__(name, arity, eval, code, vjp, smooth=False, method=False)
         self.loop = loop
+        # an indexing op's index, and the op of its kind at another index (whose ints
+        # may be the texts of loop code, ``"(3 + r0)"``: a scan's repetition)
+        self.index, self.remake = index, remake
         self.shape_of = shape_of
         self.boolean = boolean  # its result is a boolean array (data: no derivative)
         # what its code names besides NumPy: an index's arrays, a helper function

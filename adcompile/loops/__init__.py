@@ -7,6 +7,8 @@
 - ``fuse``: fuse adjacent loops of one trip count.
 - ``grad``: reverse mode on the loop IR (adjoint loops).
 - ``layout``: where each loop's values are stored for the adjoint.
+- ``array_scan``: an array tape's repeated runs folded into scans (array code's
+  loop nests).
 
 Reads ``ir`` and ``diff``.
 """
