@@ -557,10 +557,12 @@ def _adcompile_facts(vg: Any) -> dict[str, Any]:
     events = getattr(vg, "events", [])
     produced = events[-1].produced if events else ""
     kind = getattr(events[-1].facts, "kind", None) if events and events[-1].facts else None
-    program = vg.last.compiled if getattr(vg, "last", None) is not None else None
-    loops = getattr(getattr(program, "generic", program), "loops", None)
+    programs = [s.compiled for group in vg.specialisations.values() for s in group]
+    versions = [p.loops if hasattr(p, "loops") else getattr(p.generic, "loops", None)
+                for p in programs if hasattr(p, "loops") or hasattr(p, "generic")]
+    outcomes = [getattr(v, "outcome", None) for v in versions]
     return {
-        "runs": getattr(loops, "outcome", None) or "NumPy code (no loop nests)",
+        "runs": next((o for o in outcomes if o), None) or "NumPy code (no loop nests)",
         "array_level": kind == "arrays" or "array code" in produced,
         "array_refused": getattr(vg, "array_refused", None),
         "produced": produced,
