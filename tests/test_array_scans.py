@@ -136,6 +136,8 @@ def test_what_a_scan_folds() -> None:
     assert [name for name, _, _ in forward.carries] and forward.stacks
     assert len(folded.nodes) < len(tape.nodes) / 3
     assert "S_" in vg.source and "r1)]" in vg.source  # (a stack read backwards)
+    # the gradient of W summed over steps: each step's product accumulates onto a copy
+    assert ".copy()  # (+ " in vg.source
 
 
 def test_no_fold_where_steps_differ() -> None:

@@ -82,6 +82,7 @@ class _Printer:
             for a in node.args:
                 self.readers[a].append(i)
         self.consts: dict[str, np.ndarray] = {}
+        self.onto: dict[int, tuple[int, int]] = {}  # an add -> (its product, the other)
         self.state = self._plan()
 
     # ------------------------------------------------------------ what each node is
@@ -149,7 +150,28 @@ class _Printer:
                 state.append("name")  # broadcast: each element would be made again
             else:
                 state.append("inline")
+            if state[i] == "name" and self._onto(i, state):
+                state[self.onto[i][0]] = "onto"  # (made in i's place: _make)
         return state
+
+    def _onto(self, i: int, state: list[str]) -> bool:
+        """Whether node ``i`` adds a product, read by it alone, to an array of its
+        shape: then the product accumulates onto a copy of that array (a weight's
+        gradient summed over steps), which saves an array and a pass a step."""
+        node, tape = self.tape.nodes[i], self.tape
+        if getattr(node.op, "name", None) != "add" or isinstance(node.op, ArrayOp):
+            return False
+        for p, base in (node.args, node.args[::-1]):
+            if (
+                self.kinds[p] == "product"
+                and self.readers[p] == [i]
+                and self.region[p] == self.region[i]
+                and state[base] == "name"
+                and tape.shapes[p] == tape.shapes[base] == tape.shapes[i]
+            ):
+                self.onto[i] = (p, base)
+                return True
+        return False
 
     def _space(self, i: int) -> tuple[int, ...]:
         """The loop space of node ``i``: its operand's shape for a reduction, else its own."""
@@ -243,6 +265,9 @@ class _Printer:
             return self._reduce(i)
         if kind == "product":
             return self._product(i)
+        if i in self.onto:
+            product, base = self.onto[i]
+            return self._product(product, i, base)
         if not shape:  # a number
             lines: list[str] = []
             value = self._element(i, [], lines, top=True)
@@ -280,10 +305,11 @@ class _Printer:
             inner += [f"if {x} {better} {acc} or {x} != {x}:", f"    {acc} = {x}"]
         return head + _nest(space, inner)
 
-    def _product(self, i: int) -> list[str]:
+    def _product(self, i: int, into: int | None = None, base: int | None = None) -> list[str]:
         """A small matrix product as loops: ``out[i, j] += a[i, k] * b[k, j]``, the
-        innermost loop along a row of ``b`` (1-D operands: a row, a column)."""
-        tape, name = self.tape, self.tape.name(i)
+        innermost loop along a row of ``b`` (1-D operands: a row, a column); made as
+        node ``into``, from a copy of ``base``, where given (``_onto``)."""
+        tape, name = self.tape, self.tape.name(i if into is None else into)
         a, b = tape.nodes[i].args
         sa, sb = tape.shapes[a], tape.shapes[b]
         rows = ["i0"] if len(sa) == 2 else []
@@ -293,7 +319,11 @@ class _Printer:
         at = ", ".join(rows + cols)
         acc = f"{name}[{at}]" if at else name
         shape = tape.shapes[i]
-        lines = [f"{name} = np.zeros({shape!r})" if shape else f"{name} = 0.0"]
+        if base is not None:
+            start = tape.name(base) + (".copy()" if shape else "")
+            lines = [f"{name} = {start}  # (+ {tape.name(i)}, made here)"]
+        else:
+            lines = [f"{name} = np.zeros({shape!r})" if shape else f"{name} = 0.0"]
         inner = [f"x{i} = {left}"]
         if cols:
             inner += [f"for i2 in range({sb[1]}):", f"    {acc} += x{i} * {right}"]
