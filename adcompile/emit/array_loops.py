@@ -8,10 +8,14 @@ prints as NumPy calls) as explicit loops, for ``numba.njit``:
   op in its body, named after the op's slot (``t12 = max(t10, 0.0)``), with no
   array between the links;
 - a reduction is a loop that accumulates, with the chain that feeds it inside;
-- ``matmul`` is ``np.dot`` (BLAS), other ops their ``LoopForm.statement``;
+- ``matmul`` is ``np.dot`` (BLAS), or loops where small (``SMALL_PRODUCT``),
+  which accumulate onto a copy of the array they are added to, where they
+  are read only by that add; other ops are their ``LoopForm.statement``;
 - an array is made only where a value is read twice, by a product, or
   broadcast against a larger one (each of its elements would be computed more
-  than once).
+  than once), or read outside its loop;
+- a tape's repeated runs (a Python loop over steps) are folded into loops
+  (``loops.array_scan``): one body each, inside ``for r0 in range(reps)``.
 
 Every op's form is its own (``Op.code`` for the scalar ops, ``ArrayOp.loop``
 for the others); a tape with an op that has none raises :class:`NotLowered`,
@@ -219,7 +223,7 @@ class _Printer:
             "",
             "",
             f"# Loop nests ({ops} array operations): element-wise chains fused, "
-            "products by np.dot.",
+            "products by np.dot or loops, repeated runs folded into loops.",
             f"def {fname}({', '.join(args)}):",
             f'    """{doc}"""',
         ]
