@@ -35,8 +35,10 @@ from ..ir.tape import Param
 from ..trace import loader
 from .program import CompiledProgram, NativeCall, ProgramVisitor, T
 
-#: Calls of a program of array code before its loop nests are made.
-HOT_CALLS = 20
+#: Calls of a program of array code before its loop nests are made (as direct
+#: entries: compiling them takes 0.7 to 4 s of a core, and slows the calls
+#: meanwhile, which a minimisation of tens of calls would not win back).
+HOT_CALLS = 100
 #: Loop nests compile in a thread of their own (False: in the call that makes them).
 BACKGROUND = True
 #: "loops": keep the loop nests once they agree, however they time (the tests);
