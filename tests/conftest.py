@@ -198,3 +198,16 @@ def one_sided_agree(
     left = (f0 - f(x - h * d)) / h
     scale = 1.0 + abs(left) + abs(right)
     return bool(np.isfinite([left, right]).all() and abs(right - left) <= rtol * scale)
+
+
+@pytest.fixture
+def loops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Array code at every size, its loop nests made at its first call, in that call,
+    and kept once they agree with its NumPy code (test_array_loops, test_array_scans)."""
+    from adcompile.api import captured
+    from adcompile.backend import arrays
+
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+    monkeypatch.setattr(arrays, "HOT_CALLS", 1)
+    monkeypatch.setattr(arrays, "BACKGROUND", False)
+    monkeypatch.setattr(arrays, "PREFER", "loops")

@@ -13,13 +13,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import central_diff
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_arrays import CASES
-from test_arrays_fuzz import ENDS, EXAMPLES, STEPS, _program
+from test_arrays_fuzz import ENDS, HALF, STEPS, _program
 
 import adcompile as ad
-from adcompile.api import captured
 from adcompile.backend import arrays
 
 RNG = np.random.default_rng(31)
@@ -36,12 +35,7 @@ NOT_LOWERED = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _loops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
-    monkeypatch.setattr(arrays, "HOT_CALLS", 1)
-    monkeypatch.setattr(arrays, "BACKGROUND", False)
-    monkeypatch.setattr(arrays, "PREFER", "loops")
+pytestmark = pytest.mark.usefixtures("loops_at_once")
 
 
 def _lowered(vg: ad.Transformed) -> bool:
@@ -195,12 +189,7 @@ def test_parameters_named_like_the_codes_own_variables(
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-@settings(
-    max_examples=max(EXAMPLES // 2, 5),
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@HALF
 @given(steps=st.lists(STEPS, min_size=1, max_size=5), end=ENDS, seed=st.integers(0, 2**16))
 def test_random_numpy_programs_as_loop_nests(steps, end, seed) -> None:  # noqa: ANN001
     """test_arrays_fuzz's random NumPy programs, run by their loop nests at a fresh

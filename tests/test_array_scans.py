@@ -12,13 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import central_diff
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
-from test_arrays_fuzz import ENDS, EXAMPLES, STEPS, _program
+from test_arrays_fuzz import ENDS, HALF, STEPS, _program
 
 import adcompile as ad
-from adcompile.api import captured
-from adcompile.backend import arrays
 from adcompile.ir.arrays import ArrayTape
 from adcompile.loops.array_scan import fold
 
@@ -26,12 +24,7 @@ RNG = np.random.default_rng(32)
 T, H, D = 12, 5, 3
 
 
-@pytest.fixture(autouse=True)
-def _loops_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
-    monkeypatch.setattr(arrays, "HOT_CALLS", 1)
-    monkeypatch.setattr(arrays, "BACKGROUND", False)
-    monkeypatch.setattr(arrays, "PREFER", "loops")
+pytestmark = pytest.mark.usefixtures("loops_at_once")
 
 
 def rnn(W, U, h0, xs):  # noqa: ANN001, ANN201, N803
@@ -157,12 +150,7 @@ def test_no_fold_where_steps_differ() -> None:
     assert float(gh @ d) == pytest.approx(central_diff(lambda x: f(Ws, x), h, d), rel=1e-6)
 
 
-@settings(
-    max_examples=max(EXAMPLES // 2, 5),
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@HALF
 @given(
     steps=st.lists(STEPS, min_size=1, max_size=3),
     end=ENDS,

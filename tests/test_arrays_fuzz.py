@@ -123,12 +123,16 @@ def test_random_numpy_programs_agree_with_numpy_values_and_differences(
     np.testing.assert_allclose(g, og, rtol=1e-8, atol=1e-10)
 
 
-@settings(
+# half as many examples (each compiles more); shared by test_array_loops, test_array_scans
+HALF = settings(
     max_examples=max(EXAMPLES // 2, 5),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
+@HALF
 @given(
     steps=st.lists(STEPS, min_size=1, max_size=4),
     end=ENDS,
