@@ -212,7 +212,7 @@ class BatchMixin:
         wrt = self._wrt_args(len(args))
         gens = self._caps.generators if self._caps is not None else ()
         fun, sources, consts, tapes = self._fun_for_trace(), [], [], []
-        printed = []  # (array tape, parameters) at each length: for the loop nests
+        param_sets = []  # the parameters at each length (for the loop nests)
         for m in lengths(n):
             shaped = [
                 np.zeros((m, *np.shape(a)[1:])) if k in which else a for k, a in enumerate(args)
@@ -227,7 +227,7 @@ class BatchMixin:
                 break  # (a loop over the rows: another program at each length)
             params = self._params(names, mkey)
             src, used = array_source(code, params, fname, doc)
-            printed.append((code, params))
+            param_sets.append(params)
             sources.append(src)
             consts.append(used)
             tapes.append(code)
@@ -242,7 +242,9 @@ class BatchMixin:
             return None
 
         def generic_loops() -> tuple[str, dict] | None:  # (when hot: backend.arrays)
-            loops = [loop_version(c, p, fname, doc, generic=True) for c, p in printed]
+            loops = [
+                loop_version(c, p, fname, doc, generic=True) for c, p in zip(tapes, param_sets)
+            ]
             if not all(loops):
                 return None
             return generic_source([s for s, _ in loops], [c for _, c in loops], n)
