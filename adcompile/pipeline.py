@@ -70,7 +70,7 @@ def compile(  # noqa: A001  (the pipeline's one verb)
         stages.update(compiled.timings)
         return compiled
     from .backend.compiled import compile_tape  # (Numba: on first compile)
-    from .backend.jit import STRAIGHT_LINE_LIMIT
+    from .backend.records import STRAIGHT_LINE_LIMIT
 
     clock = time.perf_counter()
     code_tape = tape if wrt is None else grad_tape(tape, wrt=positions)
@@ -129,7 +129,7 @@ def fold_into_loops(
     differentiated as loops; None when it does not fold (``report`` then says how
     far it got, see ``emit.fold.loop_source``)."""
     from .backend.compiled import LoopCompiled
-    from .backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT
+    from .backend.records import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT
 
     if len(tape) < FOLD_MIN_SLOTS or not LOOP_IR:
         return None
@@ -151,7 +151,7 @@ def refold(
     """What folds ``tape`` into loops again (``emit.fold.LoopSource``), for code restored
     from the disk cache, which keeps only its Numba source, when another target's source
     is asked for (``ad.export``)."""
-    from .backend.jit import STRAIGHT_LINE_LIMIT
+    from .backend.records import STRAIGHT_LINE_LIMIT
 
     return lambda: loop_source(tape, params, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
 

@@ -15,6 +15,7 @@ from adcompile.diff import interpret
 from adcompile.diff.reverse import grad_tape
 
 jit = importlib.import_module("adcompile.backend.jit")  # ad.jit is the transform
+records = importlib.import_module("adcompile.backend.records")
 
 
 def central_diff(f, args, argnum, h=1e-6):
@@ -272,7 +273,7 @@ def test_interpreter_path_matches_straight_line(monkeypatch):
         return s / 2 if s > 1 else s
 
     a = ad.value_and_grad(f)(x)
-    monkeypatch.setattr(jit, "STRAIGHT_LINE_LIMIT", 10)
+    monkeypatch.setattr(records, "STRAIGHT_LINE_LIMIT", 10)
     vg = ad.value_and_grad(f)
     b = vg(x)
     assert vg._last.compiled.facts.kind == "interpreter"

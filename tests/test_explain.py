@@ -221,15 +221,15 @@ def test_batch_generic_code_says_so_in_its_numbers():
 
 def test_a_record_of_folded_code_is_versioned_by_every_module_of_adcompile():
     """Folded code kept on disk is keyed by a hash of adcompile's own source
-    (``jit.code_version``): every module counts, those in the stage folders too (the
+    (``records.code_version``): every module counts, those in the stage folders too (the
     printer is ``emit/loopgen.py``; a hash of ``backend/`` alone would let a record
     outlive the printer that wrote it)."""
     from pathlib import Path
 
-    from adcompile.backend import jit
+    from adcompile.backend import records
 
     package = Path(ad.__file__).resolve().parent
-    files = {p.relative_to(package).as_posix() for p in jit.code_files()}
+    files = {p.relative_to(package).as_posix() for p in records.code_files()}
     on_disk = {p.relative_to(package).as_posix() for p in package.rglob("*.py")}
     assert files == on_disk
     assert {"emit/loopgen.py", "loops/grad.py", "backend/jit.py", "__init__.py"} <= files

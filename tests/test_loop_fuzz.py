@@ -16,7 +16,7 @@ that code, run as plain Python, must give the same numbers.
 
 Folding takes 4 repetitions or more that save 12 statements or more
 (``segments.MIN_REPS``, ``MIN_SAVED``), and ``ad.*`` folds tapes of 200 slots
-or more (``jit.FOLD_MIN_SLOTS``) when that halves them: trip counts are drawn
+or more (``records.FOLD_MIN_SLOTS``) when that halves them: trip counts are drawn
 from 1-6 (never folded but eagerly), 7-80 and 150-1,000 (cut down to keep a
 trace under ``BUDGET`` operations). Most bugs show in the generated code, so
 ``test_generated_*`` runs it as Python (no Numba compile, many examples) and
@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import adcompile as ad
-from adcompile.backend.jit import STRAIGHT_LINE_LIMIT
+from adcompile.backend.records import STRAIGHT_LINE_LIMIT
 from adcompile.diff import interpret
 from adcompile.emit import loopgen
 from adcompile.emit.codegen import module_source

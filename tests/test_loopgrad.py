@@ -683,9 +683,9 @@ def test_a_failure_of_the_loop_ir_falls_back_to_the_unrolled_path_with_a_warning
     monkeypatch.setattr(pipeline, "loop_source", broken)
     # (folded code of the same tape kept on disk by an earlier run is not read, and
     # the fallback's code is not kept there for later runs, which would restore it)
-    jit = importlib.import_module("adcompile.backend.jit")
-    monkeypatch.setattr(jit, "read_record", lambda d: None)
-    monkeypatch.setattr(jit, "write_record", lambda d, r: None)
+    records = importlib.import_module("adcompile.backend.records")
+    monkeypatch.setattr(records, "read_record", lambda d: None)
+    monkeypatch.setattr(records, "write_record", lambda d, r: None)
     monkeypatch.setenv("ADCOMPILE_STRICT", "0")
     x = np.linspace(-1.2, 1.1, 300)
     vg = ad.value_and_grad(rosen)

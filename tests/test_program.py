@@ -28,7 +28,7 @@ import pytest
 
 import adcompile as ad
 from adcompile.api.derived import jvp_transform
-from adcompile.backend import jit
+from adcompile.backend import jit, records
 from adcompile.backend.program import CompiledProgram, GuardCheck, NativeCall
 from adcompile.diff import interpret
 
@@ -484,7 +484,7 @@ def test_each_transform_runs_one_compiled_program(case):
 
 
 def test_interpreter_code_is_a_compiled_program(monkeypatch):
-    monkeypatch.setattr(jit, "STRAIGHT_LINE_LIMIT", 3)
+    monkeypatch.setattr(records, "STRAIGHT_LINE_LIMIT", 3)
     t = ad.value_and_grad(f2)
     result, program, _ = check_program(t, (X3, 0.4), "interpreter", False)
     assert program.native is None
@@ -494,7 +494,7 @@ def test_interpreter_code_is_a_compiled_program(monkeypatch):
 @pytest.mark.parametrize("limit", [None, 3])  # straight-line code, the tape interpreter
 def test_guards_are_data_naming_the_branch_taken(monkeypatch, limit):
     if limit is not None:
-        monkeypatch.setattr(jit, "STRAIGHT_LINE_LIMIT", limit)
+        monkeypatch.setattr(records, "STRAIGHT_LINE_LIMIT", limit)
     t = ad.value_and_grad(branchy)
     x = np.array([0.9, 2.0])
     _, program, _ = check_program(

@@ -108,7 +108,7 @@ class BatchMixin:
         The batch arguments are traced as ``lengths.BatchArray``: the comparisons
         the code makes on their length are guards, which must answer alike at
         every length traced, and at ``n`` (else a ``batch.Deferred``)."""
-        from ..backend.jit import STRAIGHT_LINE_LIMIT
+        from ..backend.records import STRAIGHT_LINE_LIMIT
         from ..trace import lengths
 
         guards: list = []  # of every trace (those of the lengths finally used among them)

@@ -314,13 +314,17 @@ class CompileMixin:
         fname = self._fname_doc()[0]
 
         def restore(record: dict) -> CompiledProgram:
-            from ..backend.compiled import LoopCompiled
+            from ..backend.compiled import LoopCompiled, StraightLineCompiled
 
-            if record.get("kind") != "loops":
-                raise ValueError(record.get("kind"))
             unrolled = pipeline.unrolled(tape, wrt, positions)
-            remake = pipeline.refold(tape, params, fname, self._fname_doc()[1], wrt)
-            compiled = LoopCompiled.restored(record, params, fname, unrolled, remake)
+            compiled: CompiledProgram
+            if record.get("kind") == "loops":
+                remake = pipeline.refold(tape, params, fname, self._fname_doc()[1], wrt)
+                compiled = LoopCompiled.restored(record, params, fname, unrolled, remake)
+            elif record.get("kind") == "straight-line":
+                compiled = StraightLineCompiled.restored(record, params, fname, unrolled)
+            else:
+                raise ValueError(record.get("kind"))
             self._stages.update(compiled.timings)
             return compiled
 
@@ -342,8 +346,8 @@ class CompileMixin:
         tape made, in this transform or another of the same function (``grad`` then
         ``value_and_grad`` of one function compile once). The code depends only on
         the tape and the context (and the compile settings and adcompile's own
-        code, counted too). With ``restore``, code folded into loops is also kept
-        on disk (``jit.write_record``): a later process that traces the same tape
+        code, counted too). With ``restore``, folded and straight-line code is also kept
+        on disk (``records.write_record``): a later process that traces the same tape
         skips every pass after tracing (``restore(record)``)."""
         from ..backend.shared import shared_code
 
@@ -352,7 +356,7 @@ class CompileMixin:
             settings: tuple = ("arrays",)
             restore = None
         else:
-            from ..backend.jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, code_version
+            from ..backend.records import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, code_version
 
             settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
         digest, ops = tape.digest(repr((context, settings)))
@@ -360,7 +364,7 @@ class CompileMixin:
 
         def made() -> Any:
             if on_disk:
-                from ..backend.jit import read_record, write_record
+                from ..backend.records import read_record, write_record
 
                 record = read_record(digest)
                 if record is not None:

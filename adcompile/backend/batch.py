@@ -93,7 +93,7 @@ class BatchCompiled:
         lengths: tuple[int, ...],
         length_guards: Sequence[Guard] = (),
     ) -> None:
-        from .compiled import compile_folded_source  # the Numba side, imported on use
+        from .numba_functions import compile_folded_source  # (Numba: imported on use)
 
         clock = time.perf_counter()
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
@@ -166,12 +166,12 @@ class AtLength(CompiledProgram):
         return visitor.folded(self, self.generic.loops, (self.n,))
 
     def direct(self, plan: DirectPlan) -> DirectFunction:
-        from .compiled import direct_native  # (Numba is imported on use)
+        from .numba_functions import direct_native  # (Numba is imported on use)
 
         return direct_native(self.native, self.n_out, plan)
 
     def _make_numba(self) -> Callable:
-        from .compiled import native_entry  # (Numba is imported on use)
+        from .numba_functions import native_entry  # (Numba is imported on use)
 
         return native_entry(self.params, self.native)
 

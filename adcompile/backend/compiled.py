@@ -2,16 +2,14 @@
 the tape interpreter, and a loop over basis vectors around one of those.
 
 Each is a :class:`~adcompile.backend.program.CompiledProgram` (the interface every
-caller uses); :func:`compile_tape` picks the kind for a tape. Below them, the
-Numba functions the programs make: their compiled code, the direct entries'
-functions and the entries for the user's own ``@numba.njit`` code. Numba
-itself is reached through ``backend.jit`` (this module does not import it).
+caller uses); :func:`compile_tape` picks the kind for a tape. The Numba
+functions they make are ``backend.numba_functions``'; Numba itself is reached
+through ``backend.jit`` (neither module imports it with itself).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,14 +20,23 @@ import numpy as np
 from ..emit.codegen import (
     CodeFacts,
     Outputs,
-    Program,
     module_source,
     straight_line,
     to_program,
 )
 from ..ir.tape import Param, Tape
 from ..trace import loader
-from .jit import compile_now, compile_uncached, interpreter, njit
+from .numba_functions import (
+    comment,
+    compile_direct,
+    compile_folded_source,
+    compile_straight_line,
+    direct_native,
+    interpreter_entry,
+    jit_module,
+    native_entry,
+    signature,
+)
 from .program import (
     CompiledProgram,
     DirectFunction,
@@ -39,6 +46,7 @@ from .program import (
     ProgramVisitor,
     T,
 )
+from .python_first import numba_later
 
 KINDS = ("straight-line", "folded", "interpreter")
 
@@ -59,7 +67,7 @@ def compile_tape(
     on the tape interpreter. ``force`` asks for one of :data:`KINDS`; ``why``
     is the reason given for the interpreter.
     """
-    from .jit import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT  # (read when called: tests set them)
+    from .records import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT  # (read when called: tests set them)
 
     if force is not None and force not in KINDS:
         raise ValueError(
@@ -116,8 +124,41 @@ class StraightLineCompiled(CompiledProgram):
         self.facts = CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
         self.timings = {"generate and compile": time.perf_counter() - clock}
 
+    def record(self) -> dict:
+        """What :meth:`restored` needs to make this code again, as JSON data."""
+        return {
+            "kind": "straight-line",
+            "source": self.source,
+            "explanation": self.explanation,
+            "facts": dataclasses.asdict(self.facts),
+            "n_out": self.n_out,
+        }
+
+    @classmethod
+    def restored(
+        cls, record: dict, params: Sequence[Param], fname: str, tape: Callable[[], Tape]
+    ) -> StraightLineCompiled:
+        """The code a :meth:`record` describes, without printing it again: loaded from
+        Numba's cache, or its first call run as Python (``python_first``); ``tape()``
+        makes its tape where it is asked for."""
+        self = cls.__new__(cls)
+        self._tape, self._make_tape = None, tape
+        self.params, self.n_out = list(params), record["n_out"]
+        self.source, self.explanation = record["source"], record["explanation"]
+        self.facts = CodeFacts(**record["facts"])
+
+        def load() -> Callable:
+            return compile_straight_line(self.source, fname, self.params)
+
+        clock = time.perf_counter()
+        self.fn = numba_later(self.source, fname, load, self.facts.operations)
+        self.timings = {"compile": time.perf_counter() - clock}
+        return self
+
     @property
     def tape(self) -> Tape:
+        if self._tape is None:
+            self._tape = self._make_tape()
         return self._tape
 
     @property
@@ -170,7 +211,7 @@ class InterpreterCompiled(CompiledProgram):
         self.explanation = explanation
         self._header = comment(f"{fname}: {explanation}")  # (source: on use)
         self._source: str | None = None
-        self._run, self._check = interpreter()
+        self._run, self._check = jit_module().interpreter()
         self.facts = CodeFacts("interpreter", tape.n_ops, 0, slots=len(tape))
         self.timings = {"generate and compile": time.perf_counter() - clock}
 
@@ -235,9 +276,16 @@ class LoopCompiled(CompiledProgram):
         self.work_size, self.n_out = loops.code.work_size, loops.n_out
         self._start(fname, unrolled)
 
-    def _start(self, fname: str, unrolled: Callable[[], Tape]) -> None:
+    def _start(self, fname: str, unrolled: Callable[[], Tape], restored: bool = False) -> None:
+        """Compile the code (restored: load it from Numba's cache, or run its first call
+        as Python and load it after, ``python_first``)."""
         clock = time.perf_counter()
-        self.fn = compile_folded_source(self.source, fname, [], self.params)
+
+        def load() -> Callable:
+            return compile_folded_source(self.source, fname, [], self.params)
+
+        ops = self.facts.operations
+        self.fn = numba_later(self.source, fname, load, ops) if restored else load()
         self.timings["compile"] = time.perf_counter() - clock
         self.local = threading.local()
         self._unrolled = unrolled
@@ -277,7 +325,7 @@ class LoopCompiled(CompiledProgram):
         self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
         self.work_size, self.n_out = record["work_size"], record["n_out"]
         self.timings = {}
-        self._start(fname, unrolled)
+        self._start(fname, unrolled, restored=True)
         return self
 
     @property
@@ -360,7 +408,7 @@ class BasisCompiled(CompiledProgram):
         names = {"_np": np, "_one": one.numba, "_dest": self.dest}
         basis_loop = getattr(loader.load(loop, f"basis_{fname}", names), fname)
         where = "with the code it calls (its .source)"
-        self.fn = compile_uncached(basis_loop, signature(params), fname, where, False)
+        self.fn = jit_module().compile_uncached(basis_loop, signature(params), fname, where, False)
         self.explanation = f"A loop over {m} basis vectors around: {one.explanation}"
         self.source = (
             comment(self.explanation)
@@ -392,190 +440,3 @@ class BasisCompiled(CompiledProgram):
 
     def _make_numba(self) -> Callable:
         return native_entry(self.params, self.native)
-
-
-# ------------------------------------------------------------------ the Numba functions they make
-
-
-#: The Numba type of a flat float64 array argument.
-_ARRAY = "float64[::1]"
-
-
-def arg_type(size: int | None) -> str:
-    """The Numba type of an argument of ``size`` values (None: a float)."""
-    return "float64" if size is None else _ARRAY
-
-
-def signature(params: Sequence[Param], arrays: int = 1, lead: str = "") -> str:
-    """The Numba signature of generated code ``fn(lead?, *params, *arrays) -> bool``
-    (``arrays`` more flat float64 arrays after the parameters: ``out`` ...)."""
-    types = [lead] if lead else []
-    types += [arg_type(p.size) for p in params] + [_ARRAY] * arrays
-    return f"boolean({', '.join(types)})"
-
-
-def arguments(types: Sequence[str]) -> str:
-    """The Numba signature of a function's arguments, its result inferred: ``(float64, )``."""
-    return "(" + "".join(f"{t}, " for t in types) + ")"
-
-
-def compile_folded_source(
-    source: str, fname: str, functions: Sequence[str], params: Sequence[Param], lead: str = ""
-) -> Callable:
-    """Compile ``fname`` of folded ``source``: ``fname(lead?, *params, v, c, out) -> bool``.
-
-    ``functions`` are the outlined loop bodies it calls; Numba inlines them.
-    ``lead`` is the type of an argument before the parameters (``"int64"``
-    for the batch length of batch-generic code), or empty.
-    """
-    mod = loader.load(source, fname)
-    for name in functions:
-        fn = getattr(mod, name)
-        if not hasattr(fn, "py_func"):  # not yet a Numba function (a reloaded module)
-            setattr(mod, name, njit(fn, inline=True))
-    return compile_now(getattr(mod, fname), signature(params, 3, lead))
-
-
-def compile_straight_line(source: str, fname: str, params: Sequence[Param]) -> Callable:
-    """``fname`` of straight-line ``source``: ``fname(*params, out) -> ok``, compiled."""
-    return compile_now(getattr(loader.load(source, fname), fname), signature(params))
-
-
-def comment(text: str) -> str:
-    """``text`` as ``#`` comment lines of at most 78 characters."""
-    lines = textwrap.wrap(text, 76, break_on_hyphens=False)
-    return "".join(f"# {line}\n" for line in lines)
-
-
-def direct_native(native: NativeCall, n_out: int, plan: DirectPlan) -> DirectFunction:
-    """The direct entry's function of code called as ``native`` says, writing
-    ``n_out`` outputs (folded and batch-generic code): a small Numba function that
-    calls it and places its outputs (:func:`compile_direct_folded`)."""
-    arrays = plan.array_parts()
-    scalars = {k: f"out[{start}]" for k, (start, shape) in enumerate(plan.parts) if shape is None}
-    placed = [(f"out_{k}", plan.parts[k][0], int(np.prod(plan.parts[k][1]))) for k in arrays]
-    fn, scratch = compile_direct_folded(
-        native, n_out, list(plan.sizes), plan.fname, placed, plan.success(scalars)
-    )
-    return DirectFunction(fn, scratch)
-
-
-def compile_direct(tape: Tape, params: Sequence[Param], fname: str, outputs: Outputs) -> Callable:
-    """Straight-line code of ``tape`` with its outputs placed as ``outputs`` says,
-    as a Numba function that the fast entry of a transform calls directly
-    (through Numba's dispatcher, which checks the arguments' types in C).
-
-    It is compiled for ``params`` and then closed to other types: a call with
-    other types raises TypeError. An array argument of another length, or a
-    failed guard, returns ``outputs.failure``.
-    """
-    source = module_source(
-        [
-            comment(
-                f"{fname}: the code of the transform's calls, its outputs placed where "
-                "the caller reads them (arrays it passes, or returned)"
-            )
-            + straight_line(tape, fname, params, outputs=outputs)
-        ]
-    )
-    types = [arg_type(p.size) for p in params] + [arg_type(1)] * len(outputs.arrays)
-    fn = compile_now(getattr(loader.load(source, fname), fname), arguments(types))
-    fn.disable_compile()
-    return fn
-
-
-def compile_direct_folded(
-    native: Any,
-    n_out: int,
-    sizes: Sequence[int | None],
-    fname: str,
-    arrays: Sequence[tuple[str, int, int]],
-    success: str,
-) -> tuple[Callable, int]:
-    """A Numba function that calls folded code and places its outputs as the
-    fast entry of a transform reads them: ``fn(*args, *arrays, s) -> result``.
-
-    ``native`` says how the folded code is called (a :class:`NativeCall`:
-    its Numba function, a batch length before the arguments, its work array's
-    length and its constants); it writes ``n_out`` outputs. ``sizes`` are its
-    arguments' (None for a float). ``arrays`` are ``(name, start, size)``:
-    each such parameter receives ``out[start:start + size]``; ``success`` is
-    returned (an expression of ``out``); None when a guard fails or an array
-    argument has another length than traced. ``s`` is scratch space of the
-    returned size (the work array, then ``out``), kept by the caller between
-    calls. As ``compile_direct``, it is closed to other types than compiled
-    for (TypeError). Not cached on disk: it links the folded code in, which
-    its text does not show.
-    """
-    names = [f"a{k}" for k in range(len(sizes))]
-    lines = [f"def {fname}({', '.join([*names, *(a[0] for a in arrays), 's'])}):"]
-    for name, size in zip(names, sizes):
-        if size is not None:
-            lines += [f"    if {name}.shape[0] != {size}:", "        return None"]
-    work, lead = native.work, [str(n) for n in native.lead]
-    lines += [
-        f"    out = s[{work}:]",
-        f"    if not main({', '.join([*lead, *names, 's', 'columns', 'out'])}):",
-        "        return None",
-    ]
-    for name, start, size in arrays:  # loops: Numba compiles slice copies slowly
-        lines += [f"    for k in range({size}):", f"        {name}[k] = out[{start} + k]"]
-    lines.append(f"    return {success}")
-    linked = {"main": native.fn, "columns": native.columns}
-    mod = loader.load("\n".join(lines) + "\n", f"direct_call_{fname}", linked)
-    types = [arg_type(size) for size in sizes] + [arg_type(1)] * (len(arrays) + 1)
-    what = f"the direct call of {fname}"
-    fn = compile_uncached(getattr(mod, fname), arguments(types), what, "with the code it calls")
-    return fn, work + n_out
-
-
-def native_entry(params: Sequence[Param], native: Any) -> Callable:
-    """One Numba function ``entry(*args, out) -> ok`` around compiled code called as
-    ``native`` says (a :class:`NativeCall`), callable from the user's own
-    ``@numba.njit`` code.
-
-    ``args`` are as in ``params`` (a float, or a flat float64 array); ``out``
-    receives the outputs; the result is False when a guard fails. The work
-    array the code needs is made inside, so the signature is the same for
-    every kind of code.
-    """
-    names = [f"a{k}" for k in range(len(params))]
-    ns: dict[str, Any] = {"np": np, "inner": native.fn, "columns": native.columns}
-    called = [*map(str, native.lead), *names]
-    body = []
-    if native.work is not None:
-        body.append(f"work = np.empty({native.work})")
-        called += ["work", "columns"]
-    body.append(f"return inner({', '.join([*called, 'out'])})")
-    return _entry(names, body, ns)
-
-
-def interpreter_entry(params: Sequence[Param], program: Program) -> Callable:
-    """As :func:`native_entry`, for the tape interpreter running ``program`` (its
-    arrays are constants of the function)."""
-    names = [f"a{k}" for k in range(len(params))]
-    run, check = interpreter()
-    p = program
-    ns: dict[str, Any] = {"np": np, "run": run, "check": check, "opcodes": p.opcodes}
-    ns.update(arg0=p.arg0, arg1=p.arg1, init=p.init, inputs=p.inputs, outputs=p.outputs)
-    ns["guards"] = p.guards
-    body, start = ["vals = init.copy()"], 0
-    for name, prm in zip(names, params):
-        if prm.size is None:
-            body.append(f"vals[inputs[{start}]] = {name}")
-            start += 1
-        else:
-            body.append(f"vals[inputs[{start}:{start + prm.size}]] = {name}")
-            start += prm.size
-    body += [
-        "run(opcodes, arg0, arg1, vals)",
-        "out[:] = vals[outputs]",
-        "return check(guards, vals)" if len(p.guards) else "return True",
-    ]
-    return _entry(names, body, ns)
-
-
-def _entry(names: list[str], body: list[str], ns: dict[str, Any]) -> Callable:
-    source = f"def entry({', '.join([*names, 'out'])}):\n" + "".join(f"    {ln}\n" for ln in body)
-    # (never cached by Numba: it links in the code it calls, which its text does not show)
-    return njit(loader.load(source, "numba_entry", ns).entry)

@@ -234,8 +234,11 @@ class CompiledProgram(ABC):
 
     @property
     def from_disk(self) -> bool:
-        """Whether Numba loaded its machine code from its disk cache."""
+        """Whether Numba loaded its machine code from its disk cache (code restored
+        from disk whose first call ran as Python loads it after that call)."""
         native = self.native
+        if native is not None and getattr(native.fn, "restored", False):
+            return True  # (a ``python_first.NumbaLater``)
         stats = getattr(native.fn, "stats", None) if native is not None else None
         return stats is not None and sum(stats.cache_hits.values()) > 0
 
@@ -246,5 +249,5 @@ class CompiledProgram(ABC):
 
     def record(self) -> dict | None:
         """What restores this code in another process without the passes that made
-        it, as JSON data (``jit.write_record``); None where it is not kept."""
+        it, as JSON data (``records.write_record``); None where it is not kept."""
         return None

@@ -74,7 +74,7 @@ def _compiled(recipe: Recipe) -> Callable:
         with worker_lock:
             fn = worker_cache.get(recipe.digest)
             if fn is None:
-                from ..backend.compiled import compile_folded_source
+                from ..backend.numba_functions import compile_folded_source
                 from ..ir.tape import Param
 
                 params = [

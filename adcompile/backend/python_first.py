@@ -1,0 +1,130 @@
+"""The first call of code restored from the disk cache, run as Python while Numba loads.
+
+A process that finds its folded or straight-line code on disk
+(``records.read_record``) skips every pass after tracing; what is left is Numba:
+about 0.35 s to import it and load its registries before the cached machine code
+can be called, once per process. The first call runs the same generated source in
+CPython instead (10,000 Rosenbrock terms and their gradient: 8 ms), then Numba
+loads in a thread of its own while the caller goes on; a later call waits for it,
+and runs Numba's code.
+
+Where CPython and Numba's NumPy error model part (``1.0 / 0.0`` raises in CPython
+and is ``inf`` in Numba; ``math.log(0.0)``, overflow), the Python run raises and
+the call waits for Numba instead. A negative float to a fractional power is
+complex in CPython (nan in Numba): comparisons, ``math`` functions and storing
+it raise ``TypeError``, and so does ``abs``, the one operation that would make
+it real again, as the Python version's ``abs`` is ``math.fabs``. The results
+agree with Numba's to rounding: CPython's ``x ** 2.0`` is libm's ``pow``,
+Numba's is ``x * x``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..trace import loader
+
+#: "auto": the first call runs as Python where Numba has not loaded code in this
+#: process yet (``jit.LOADED``) and the program is small enough
+#: (``MAX_OPERATIONS``); "always" (tests), "never".
+PYTHON_FIRST = "auto"
+#: The most operations (of the unrolled tape, before differentiating) a first call
+#: runs as Python: about 100-150 ns each, with their adjoints, against the 0.35 s
+#: Numba takes to load.
+MAX_OPERATIONS = 1_000_000
+
+
+def numba_later(
+    source: str, fname: str, load: Callable[[], Callable], operations: int
+) -> Callable:
+    """``load()`` (the Numba function of ``fname`` in ``source``, from Numba's disk
+    cache), or a :class:`NumbaLater` whose first call runs ``fname`` as Python and
+    which loads it after that call, where that is worth it (see the module)."""
+    jit = sys.modules.get("adcompile.backend.jit")  # (perhaps being imported by a thread)
+    loaded = getattr(jit, "LOADED", False)
+    wanted = PYTHON_FIRST == "always" or (
+        PYTHON_FIRST == "auto" and not loaded and operations <= MAX_OPERATIONS
+    )
+    if not wanted:
+        return load()
+    python = getattr(loader.load(source, fname, {"abs": math.fabs}), fname)
+    return NumbaLater(python, load, getattr(loader.load(source, fname), fname))
+
+
+class NumbaLater:
+    """A Numba function not loaded yet: the first call runs ``python`` (the same
+    source run by CPython), then a thread runs ``load()``; later calls wait for it.
+    ``py_func`` is the function Numba compiles (as a Numba dispatcher's)."""
+
+    restored = True  # (its machine code comes from Numba's disk cache)
+
+    def __init__(self, python: Callable, load: Callable[[], Callable], py_func: Callable) -> None:
+        self.python, self._load, self.py_func = python, load, py_func
+        self._fn: Callable | None = None
+        self._first = True
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # (for _first and _thread)
+        self._loading = threading.Lock()  # (one load at a time)
+        self.python_calls = 0  # how many calls ran as Python
+
+    def __call__(self, *args: Any) -> Any:
+        fn = self._fn
+        if fn is None:
+            with self._lock:
+                first, self._first = self._first, False
+            if first:
+                try:
+                    with np.errstate(all="ignore"):
+                        ok = self.python(*args)
+                except (ArithmeticError, ValueError, TypeError):
+                    ok = None  # (where CPython raises, Numba's answer is inf or nan)
+                self._start()
+                if ok is not None:
+                    self.python_calls += 1
+                    return bool(ok)
+            fn = self.numba()
+        return fn(*args)
+
+    @property
+    def ready(self) -> bool:
+        """Whether the Numba function is loaded."""
+        return self._fn is not None
+
+    def numba(self) -> Callable:
+        """The Numba function: waits for the thread loading it, or loads it now (where
+        a load fails, it fails here, in the caller's thread)."""
+        if self._fn is None:
+            with self._lock:
+                thread, self._first = self._thread, False
+            if thread is not None:
+                thread.join()
+            with self._loading:
+                if self._fn is None:
+                    self._fn = self._load()
+        return self._fn
+
+    def _start(self) -> None:
+        thread = threading.Thread(target=self._load_quietly, name="adcompile: loading Numba")
+        with self._lock:
+            self._thread = thread
+        thread.start()
+
+    def _load_quietly(self) -> None:
+        try:
+            with self._loading:
+                if self._fn is None:
+                    self._fn = self._load()
+        except Exception:  # (loaded again by ``numba()``, where it raises)
+            pass
+
+
+def numba_of(fn: Any) -> Any:
+    """The Numba function ``fn`` is or will be (waiting for a :class:`NumbaLater`), to
+    link into other Numba code."""
+    return fn.numba() if isinstance(fn, NumbaLater) else fn
