@@ -576,7 +576,8 @@ def test_batch_generic_code_exports_at_the_example_length():
 
 
 def test_interpreter_code_exports_with_guard_numbers(monkeypatch):
-    monkeypatch.setattr(importlib.import_module("adcompile.backend.records"), "STRAIGHT_LINE_LIMIT", 3)
+    records = importlib.import_module("adcompile.backend.records")
+    monkeypatch.setattr(records, "STRAIGHT_LINE_LIMIT", 3)
     x = np.array([1.0, 2.0])
     vg = ad.value_and_grad(branchy)
     assert vg.spec_for((x, 3.0))[0].compiled.facts.kind == "interpreter"

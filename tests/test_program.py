@@ -28,7 +28,7 @@ import pytest
 
 import adcompile as ad
 from adcompile.api.derived import jvp_transform
-from adcompile.backend import jit, records
+from adcompile.backend import records
 from adcompile.backend.program import CompiledProgram, GuardCheck, NativeCall
 from adcompile.diff import interpret
 

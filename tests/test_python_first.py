@@ -137,6 +137,8 @@ def test_folded_code_runs_its_first_call_as_python(restored):
 
     (value, grad), compiled, (v0, g0) = restored(rosen, x)
     assert compiled.facts.kind == "folded" and compiled.fn.python_calls == 1
+    python_first.wait_for_numba()  # (as vg.wait_for_entries() does)
+    assert compiled.fn.ready
     np.testing.assert_allclose(grad, _rosen_grad(x), rtol=1e-12, atol=1e-9)
     assert value == pytest.approx(v0, rel=1e-13)
 

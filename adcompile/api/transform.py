@@ -310,11 +310,14 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
 
     def wait_for_entries(self, timeout: float | None = None) -> None:
         """Wait until the direct entries being compiled in the background are ready
-        (with ``ADCOMPILE_STRICT=1``, raise what failed there), and the loop nests of
-        array code (``backend.arrays.LoopVersion``)."""
+        (with ``ADCOMPILE_STRICT=1``, raise what failed there), the loop nests of
+        array code (``backend.arrays.LoopVersion``), and the Numba code of programs
+        restored from disk, whose first call ran as Python (``backend.python_first``)."""
         from ..backend.arrays import wait_for_loops
+        from ..backend.python_first import wait_for_numba
 
         wait_for_loops(timeout)
+        wait_for_numba(timeout)
         for t in (self, *self._variants.values()):
             thread = t._heating
             if thread is not None:

@@ -40,6 +40,17 @@ PYTHON_FIRST = "auto"
 MAX_OPERATIONS = 1_000_000
 
 
+#: The threads loading Numba's code for restored programs (``wait_for_numba``).
+_loading: list[threading.Thread] = []
+
+
+def wait_for_numba(timeout: float | None = None) -> None:
+    """Wait until the Numba code that restored programs load after their first call
+    is loaded (or its load failed: the next call then loads it, and raises)."""
+    while _loading:
+        _loading.pop().join(timeout)
+
+
 def numba_later(
     source: str, fname: str, load: Callable[[], Callable], operations: int
 ) -> Callable:
@@ -113,6 +124,7 @@ class NumbaLater:
         thread = threading.Thread(target=self._load_quietly, name="adcompile: loading Numba")
         with self._lock:
             self._thread = thread
+        _loading.append(thread)
         thread.start()
 
     def _load_quietly(self) -> None:
