@@ -38,7 +38,8 @@ gradient to a relative error of ``RTOL``; a failed check is printed loudly
 and the exit status is 1. torch and jax are skipped (and said so) where they
 are not installed. Every process runs single-threaded: OPENBLAS_NUM_THREADS,
 OMP_NUM_THREADS, MKL_NUM_THREADS and NUMBA_NUM_THREADS are 1,
-``torch.set_num_threads(1)``, and XLA is told to use one thread.
+``torch.set_num_threads(1)``, and each cell process is pinned to one CPU (XLA
+ignores its thread flags).
 """
 
 from __future__ import annotations
@@ -642,6 +643,16 @@ def available(system: str) -> str | None:
     return None
 
 
+def one_cpu() -> None:
+    """Run this process on one CPU (before torch or jax is imported). XLA's CPU
+    runtime ignores ``--xla_cpu_multi_thread_eigen=false`` and ran its matmuls on
+    both cores of the 2-core machine (312 us of CPU in 183 us of wall time for a
+    128x784 @ 784x128 product); one CPU in the affinity mask makes every system
+    single-threaded."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
 def child_env(cache: str) -> dict[str, str]:
     env = dict(os.environ)
     for var in THREAD_VARS:
@@ -848,6 +859,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     opts = ap.parse_args(argv)
     if opts.child:
         system, workload, size, budget, min_steps, out = json.loads(opts.child)
+        one_cpu()
         rec = measure(system, workload, size, budget, min_steps, out)
         print(MARKER + json.dumps(rec), flush=True)
         return 0
@@ -870,7 +882,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         "uptime": _uptime(),
         "cpus": os.cpu_count(),
         "threads": "OPENBLAS_NUM_THREADS=OMP_NUM_THREADS=MKL_NUM_THREADS=NUMBA_NUM_THREADS=1, "
-        "torch.set_num_threads(1), XLA single-threaded",
+        "torch.set_num_threads(1), each cell pinned to one CPU",
         "python_executable": sys.executable,
         "versions": _versions(),
         "quick": opts.quick,
