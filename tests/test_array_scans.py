@@ -129,8 +129,42 @@ def test_what_a_scan_folds() -> None:
     assert [name for name, _, _ in forward.carries] and forward.stacks
     assert len(folded.nodes) < len(tape.nodes) / 3
     assert "S_" in vg.source and "r1)]" in vg.source  # (a stack read backwards)
-    # the gradient of W summed over steps: each step's product accumulates onto a copy
-    assert ".copy()  # (+ " in vg.source
+    # the gradient of W summed over steps: each step's product accumulates onto the
+    # array of the sum so far, which no one reads after (no copy a step)
+    assert "onto its array" in vg.source and "onto a copy" not in vg.source
+
+
+def outer_sums(G0, A, B):  # noqa: ANN001, ANN201, N803
+    """Sums of small products over steps, onto the caller's G0 (which must not be
+    written into) and onto a product also read at the end (which must be kept)."""
+    h, d = G0.shape
+    G, K = G0, A[0].reshape(h, 1) @ B[0].reshape(1, d)
+    S = K
+    for t in range(A.shape[0]):
+        G = G + A[t].reshape(h, 1) @ B[t].reshape(1, d)
+        S = S + np.tanh(A[t]).reshape(h, 1) @ B[t].reshape(1, d)
+    return np.sum(G * S) + np.sum(K**2)
+
+
+def test_sums_onto_arrays_others_read_are_made_on_copies() -> None:
+    """In place only where no one reads the array after: the caller's G0 and the
+    product K (read again at the end) are summed onto copies; the answers are
+    NumPy's, and G0 is as the caller gave it, call after call."""
+    G0, A, B = RNG.normal(size=(H, D)), RNG.normal(size=(T, H)), RNG.normal(size=(T, D))
+    kept = G0.copy()
+    vg = ad.value_and_grad(outer_sums, argnums=(0, 1, 2))
+    for _ in range(3):
+        v, grads = vg(G0, A, B)
+        np.testing.assert_array_equal(G0, kept)
+        assert v == pytest.approx(outer_sums(G0, A, B), rel=1e-12)
+    assert "steps of" in vg.source and "onto a copy" in vg.source
+    iv, *igs = vg.last.compiled.tape.evaluate(G0, A, B)
+    for got, want in zip(grads, igs):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+    d = RNG.normal(size=A.shape)
+    assert float(np.sum(grads[1] * d)) == pytest.approx(
+        central_diff(lambda a: outer_sums(G0, a, B), A, d), rel=1e-6, abs=1e-8
+    )
 
 
 def test_no_fold_where_steps_differ() -> None:

@@ -87,7 +87,19 @@ class _Printer:
                 self.readers[a].append(i)
         self.consts: dict[str, np.ndarray] = {}
         self.onto: dict[int, tuple[int, int]] = {}  # an add -> (its product, the other)
+        self.in_place: set[int] = set()  # adds of ``onto`` that take over the other's array
+        # carry nodes (what ``p_vX`` is in the body) -> their node before the loop
+        self.carry_init: dict[int, int] = {}
+        for span in self.spans:
+            for name, init, _ in span.carries:
+                for j in range(span.first, span.last):
+                    if tape.nodes[j].op == INPUT and tape.name(j) == name:
+                        self.carry_init[j] = init
+        self.carry_last = {c[2] for span in self.spans for c in span.carries}
+        self.stacked = {i for span in self.spans for _, i in span.stacks}
         self.state = self._plan()
+        # body arrays made once before their loop and filled again at each step
+        self.hoisted = {i for i in range(len(tape.nodes)) if self._hoist(i)}
 
     # ------------------------------------------------------------ what each node is
 
@@ -174,8 +186,50 @@ class _Printer:
                 and tape.shapes[p] == tape.shapes[base] == tape.shapes[i]
             ):
                 self.onto[i] = (p, base)
+                if self._dead_after(base, i, state):
+                    self.in_place.add(i)
                 return True
         return False
+
+    def _dead_after(self, base: int, i: int, state: list[str]) -> bool:
+        """Whether the array of ``base`` may become node ``i``'s (the add onto it),
+        with no copy: no one reads it after ``i``, at this step or a later one, and
+        it is no argument, constant or view of one."""
+        made = ("element", "reduce", "product", "statement")
+        if base in self.carry_init:  # ``p_vX``: last step's array (the first: the node before)
+            init = self.carry_init[base]
+            return (
+                self.readers[base] == [i]
+                and not self.readers[init]
+                and self.kinds[init] in made
+                and state[init] == "name"
+                and init not in self.tape.outputs
+                and list(self.carry_init.values()).count(init) == 1
+            )
+        same = self.region[base] == self.region[i]
+        return (
+            self.readers[base] == [i]
+            and self.kinds[base] in made
+            and base not in self.tape.outputs
+            and base not in self.carry_init.values()
+            and (same or self.region[i] == -1)
+            and not (same and (base in self.carry_last or base in self.stacked))
+        )
+
+    def _hoist(self, i: int) -> bool:
+        """Whether body node ``i``'s array can be made once, before its loop, and
+        filled again at each step: it is not carried to the next step, not taken
+        over by an add, and not reshaped (a reshape may be a view of it)."""
+        kind, shape = self.kinds[i], self.tape.shapes[i]
+        return (
+            self.region[i] != -1
+            and self.state[i] == "name"
+            and bool(shape)
+            and (kind in ("reduce", "product", "view") or kind == "element" and i not in self.onto)
+            and i not in self.carry_last
+            and not any(base == i for j, (_, base) in self.onto.items() if j in self.in_place)
+            and not any(self.kinds[r] == "reshape" for r in self.readers[i])
+        )
 
     def _space(self, i: int) -> tuple[int, ...]:
         """The loop space of node ``i``: its operand's shape for a reduction, else its own."""
@@ -237,7 +291,25 @@ class _Printer:
             lines.append(f"{stack} = np.empty({(span.reps, *tape.shapes[i])!r}{dtype})")
         for name, init, _ in span.carries:
             lines.append(f"{name} = {self._array(init)}")
+        for i in sorted(j for j in self.hoisted if span.first <= j < span.last):
+            lines.append(self._new(i, "empty"))
         return [*lines, f"for {span.var} in range({span.reps}):"]
+
+    def _alloc(self, i: int, how: str, fill: str = "0.0") -> list[str]:
+        """The line making node ``i``'s array (``np.empty``, ``np.zeros``, or
+        ``np.full`` of ``fill``); for an array made before its loop (``hoisted``),
+        the line filling it again at each step, if it needs one."""
+        if i not in self.hoisted:
+            return [self._new(i, how, fill)]
+        return [] if how == "empty" else [f"{self.tape.name(i)}.fill({fill})"]
+
+    def _new(self, i: int, how: str, fill: str = "0.0") -> str:
+        name, shape = self.tape.name(i), self.tape.shapes[i]
+        dtype = ", dtype=np.bool_" if self.tape.booleans[i] else ""
+        if how == "full":
+            return f"{name} = np.full({shape!r}, {fill}{dtype})"
+        return f"{name} = np.{how}({shape!r}{dtype})"
+
 
     def _epilogue(self, span: Span) -> list[str]:
         """At the end of a step: what it keeps, and what the next step reads."""
@@ -276,7 +348,7 @@ class _Printer:
             lines: list[str] = []
             value = self._element(i, [], lines, top=True)
             return [*lines, f"{name} = {value}"]
-        lines = [f"{name} = np.empty({shape!r}{', dtype=np.bool_' if tape.booleans[i] else ''})"]
+        lines = self._alloc(i, "empty")
         index = [f"i{k}" for k in range(len(shape))]
         inner: list[str] = []
         value = self._element(i, index, inner, top=True)
@@ -297,7 +369,7 @@ class _Printer:
         kept = [k for k in kept if k is not None]
         acc = f"{name}[{', '.join(kept)}]" if kept else name
         init = _INIT[kind]
-        head = [f"{name} = np.full({tape.shapes[i]!r}, {init})" if kept else f"{name} = {init}"]
+        head = self._alloc(i, "full", init) if kept else [f"{name} = {init}"]
         x = f"x{i}"
         inner.append(f"{x} = {value}")
         if kind == "sum":
@@ -311,23 +383,35 @@ class _Printer:
 
     def _product(self, i: int, into: int | None = None, base: int | None = None) -> list[str]:
         """A small matrix product as loops: ``out[i, j] += a[i, k] * b[k, j]``, the
-        innermost loop along a row of ``b`` (1-D operands: a row, a column); made as
-        node ``into``, from a copy of ``base``, where given (``_onto``)."""
-        tape, name = self.tape, self.tape.name(i if into is None else into)
+        innermost loop along a row of ``b``; where ``b`` is a vector (or a matrix of
+        one column), each element a sum in a local. Made as node ``into``, from
+        ``base``, where given (``_onto``): on a copy, or on its own array where no
+        one reads it after (``in_place``). The sums run in the same order either way."""
+        tape, made = self.tape, i if into is None else into
+        name = tape.name(made)
         a, b = tape.nodes[i].args
         sa, sb = tape.shapes[a], tape.shapes[b]
         rows = ["i0"] if len(sa) == 2 else []
-        cols = ["i2"] if len(sb) == 2 else []
+        column = len(sb) == 2 and sb[1] == 1  # (a column: a vector)
+        cols = ["i2"] if len(sb) == 2 and not column else []
         left = self._element(a, [*rows, "i1"], [])
-        right = self._element(b, ["i1", *cols], [])
-        at = ", ".join(rows + cols)
+        right = self._element(b, ["i1", *cols, *(["0"] if column else [])], [])
+        at = ", ".join(rows + cols + (["0"] if column else []))
         acc = f"{name}[{at}]" if at else name
-        shape = tape.shapes[i]
+        shape, dot = tape.shapes[i], bool(rows) and not cols
         if base is not None:
-            start = tape.name(base) + (".copy()" if shape else "")
-            lines = [f"{name} = {start}  # (+ {tape.name(i)}, made here)"]
+            own = made in self.in_place or not shape
+            how = "its array" if made in self.in_place else "a copy"
+            start = tape.name(base) + ("" if own else ".copy()")
+            lines = [f"{name} = {start}  # (+ {tape.name(i)}, onto {how})"]
         else:
-            lines = [f"{name} = np.zeros({shape!r})" if shape else f"{name} = 0.0"]
+            lines = self._alloc(made, "empty" if dot else "zeros") if shape else [f"{name} = 0.0"]
+        if dot:  # each element a dot product, summed in a local
+            total = f"x{i}"
+            inner = [f"{total} = {acc if base is not None else '0.0'}"]
+            inner += [f"for i1 in range({sa[-1]}):", f"    {total} += {left} * {right}"]
+            body = [f"for i0 in range({sa[0]}):", *("    " + ln for ln in inner)]
+            return [*lines, *body, f"    {acc} = {total}"]
         inner = [f"x{i} = {left}"]
         if cols:
             inner += [f"for i2 in range({sb[1]}):", f"    {acc} += x{i} * {right}"]
