@@ -91,6 +91,53 @@ def test_a_warm_process_answers_its_first_calls_without_numba(tmp_path):
             np.testing.assert_allclose(g2, grad, rtol=1e-13, atol=1e-12)
 
 
+BATCH_CHILD = """
+import json
+import numpy as np
+import adcompile as ad
+
+def loss(w, X, y):
+    return sum((w[0] * X[i, 0] + w[1] * X[i, 1] - y[i]) ** 2 for i in range(len(y))) / len(y)
+
+rng = np.random.default_rng(5)
+X, y, w = rng.normal(size=(64, 2)), rng.normal(size=64), np.array([0.3, -0.2])
+vg = ad.value_and_grad(loss)
+value, grad = vg(w, X, y)
+fn = vg._last.compiled.generic.fn
+again = vg(w, X, y)[1]
+print(json.dumps({
+    "stages": list(vg.events[-1].stages), "python_calls": getattr(fn, "python_calls", 0),
+    "value": value, "grad": grad.tolist(), "again": again.tolist(),
+}))
+"""
+
+
+def test_batch_generic_code_is_restored_and_its_first_call_runs_as_python(tmp_path):
+    """Code generic in the batch length is kept on disk by the traces it was made
+    from; a warm process traces those lengths, restores it, and runs both runs of
+    its first call (the call's point, and the check's near it) as Python."""
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path), ADCOMPILE_QUIET="1")
+    env.pop("ADCOMPILE_CHECK", None)
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", BATCH_CHILD], env=env, capture_output=True, text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    cold, warm = runs
+    assert "restored from the disk cache" not in cold["stages"] and cold["python_calls"] == 0
+    assert "restored from the disk cache" in warm["stages"] and warm["python_calls"] == 2
+    rng = np.random.default_rng(5)
+    X, y, w = rng.normal(size=(64, 2)), rng.normal(size=64), np.array([0.3, -0.2])
+    r = X @ w - y
+    for run in runs:
+        assert run["value"] == pytest.approx(np.mean(r**2), rel=1e-12)
+        np.testing.assert_allclose(run["grad"], 2 * X.T @ r / len(y), rtol=1e-12)
+        np.testing.assert_allclose(run["again"], run["grad"], rtol=1e-13)
+
+
 @pytest.fixture
 def restored(monkeypatch):
     """``restored(f, *args)``: value_and_grad of ``f`` compiled once, then made again as
@@ -196,3 +243,34 @@ def _extra(compiled) -> tuple:
     work array and constants; none for straight-line code."""
     native = compiled.native
     return () if native.work is None else (np.empty(native.work), native.columns)
+
+
+GUARDED = """
+import adcompile as ad
+
+def f(x, a):
+    return x * x if x > a else -3 * x
+
+g = ad.grad(f)
+g(2.0, 0.5)
+print(g.source)
+"""
+
+
+def test_code_kept_on_disk_names_the_file_of_the_process_that_runs_it(tmp_path):
+    """Generated code names the user's line of each guard; the same program in
+    another file gets code that names that file, not the one kept on disk first."""
+    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path / "cache"), ADCOMPILE_QUIET="1")
+    sources = []
+    for folder in ("one", "two", "two"):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / "block.py").write_text(GUARDED)
+        out = subprocess.run(
+            [sys.executable, "block.py"], cwd=tmp_path / folder, env=env,
+            capture_output=True, text=True, timeout=300,
+        )
+        assert out.returncode == 0, out.stderr
+        sources.append(out.stdout)
+    for folder, source in zip(("one", "two", "two"), sources):
+        assert f"{tmp_path / folder / 'block.py'}:5" in source
+    assert sources[1] == sources[2]

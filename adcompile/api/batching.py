@@ -12,23 +12,24 @@ agrees with it, run on plain numbers, near the call's point.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from .. import pipeline
-from ..backend import batch
+from ..backend import batch, records
 from ..backend.program import CompiledProgram
 from ..diff.arrays import grad_tape as array_grad_tape
 from ..diff.reverse import grad_tape
 from ..emit.array_batch import generic_source, lengths
 from ..emit.arrays import array_source
-from ..emit.fold import batch_source
+from ..emit.fold import BATCH_SIZES, batch_source
 from ..ir.tape import Param, Tape
 from ..trace import captures
 from ..trace.arrays import NotArrayLevel
 from ..trace.mode import gc_paused
+from .compiling import disk_key
 from .events import loop_ir_failed
 from .specialisation import Specialisation, keep_first
 from .tracing import trace_array_call
@@ -108,7 +109,6 @@ class BatchMixin:
         The batch arguments are traced as ``lengths.BatchArray``: the comparisons
         the code makes on their length are guards, which must answer alike at
         every length traced, and at ``n`` (else a ``batch.Deferred``)."""
-        from ..backend.records import STRAIGHT_LINE_LIMIT
         from ..trace import lengths
 
         guards: list = []  # of every trace (those of the lengths finally used among them)
@@ -139,8 +139,62 @@ class BatchMixin:
             return tape, self._params(names, skey(k))
 
         wrt = None if self.mode == "jit" else self._wrt_args(len(key))
+        traced: dict[int, tuple[Tape, list[Param]]] = {}
+
+        def trace_at(k: int) -> tuple[Tape, list[Param]]:
+            if k not in traced:
+                traced[k] = trace_primal(k)
+            return traced[k]
+
+        def unrolled(ks: Sequence[int]) -> Callable[[], Tape]:
+            def make() -> Tape:  # the adjoint tape at the largest length traced
+                tape, _ = trace_primal(ks[-1], check=False)
+                return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
+
+            return make
+
+        def params_at(k: int) -> list[Param]:
+            return self._params(names, skey(k))
+
+        return self._batch_program(trace_at, unrolled, params_at, guards, wrt, fname, doc, n)
+
+    def _batch_program(
+        self,
+        trace_at: Callable[[int], tuple[Tape, list[Param]]],
+        unrolled: Callable[[Sequence[int]], Callable[[], Tape]],
+        params_at: Callable[[int], list[Param]],
+        guards: list,
+        wrt: list[int] | None,
+        fname: str,
+        doc: str,
+        n: int,
+    ) -> Any:
+        """``_batch_loops``' program from the primal traced at lengths ``trace_at``
+        takes: restored from disk where an earlier process made it from the same
+        traces, else made (``batch_source``) and kept there."""
+        from ..backend.records import STRAIGHT_LINE_LIMIT
+        from ..trace import lengths
+
+        def remake() -> Any:  # (the folded program again, for another target's source)
+            return batch_source(trace_at, wrt, fname, doc, STRAIGHT_LINE_LIMIT)[0]
+
+        clock, first = time.perf_counter(), BATCH_SIZES[0]
         try:
-            found = batch_source(trace_primal, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
+            disk = self._batch_disk_key(trace_at, first, wrt, fname, doc)
+            record = None if disk is None else records.read_record(disk)
+            if record is not None and record.get("kind") == "batch":
+                self._stages["trace at three lengths"] = time.perf_counter() - clock
+                clock = time.perf_counter()
+                try:
+                    gen = batch.BatchCompiled.restored(
+                        record, fname, params_at(first[-1]), unrolled(first), guards, remake, n
+                    )
+                except Exception:  # (a damaged record: the code is made again)
+                    gen = None
+                if gen is not None:
+                    self._stages["restored from the disk cache"] = time.perf_counter() - clock
+                    return gen
+            found = batch_source(trace_at, wrt, fname, doc, STRAIGHT_LINE_LIMIT)
         except _ShortBatch:  # not this way
             return None
         except lengths.LengthDependent as e:  # branches on the length
@@ -154,15 +208,20 @@ class BatchMixin:
             return None
         loops, ks = found
         self._stages.update(loops.timings)
-
-        def unrolled() -> Tape:  # the adjoint tape at the largest length traced
-            tape, _ = trace_primal(ks[-1], check=False)
-            return tape if wrt is None else grad_tape(tape, wrt=self._layout(skey(ks[-1]))[1])
-
-        params = self._params(names, skey(ks[-1]))
-        gen = batch.BatchCompiled(fname, loops, params, unrolled, ks, guards)
+        gen = batch.BatchCompiled(fname, loops, params_at(ks[-1]), unrolled(ks), ks, guards)
         self._stages["compile"] = gen.timings["compile"]
+        if disk is not None and tuple(ks) == first:
+            records.write_record(disk, gen.record())
         return gen
+
+    def _batch_disk_key(
+        self, trace_at: Callable, ks: Sequence[int], wrt: Any, fname: str, doc: str
+    ) -> str | None:
+        """The disk key of the batch-generic code of the primal traced at lengths
+        ``ks`` (``compiling.disk_key``): the traces, what is differentiated, the
+        parameters, the function's name and doc (which the source holds)."""
+        tapes, params = zip(*(trace_at(k) for k in ks))
+        return disk_key(tapes, ("batch", wrt, fname, doc, [repr(p) for p in params[-1]]))
 
     def _array_batch_call(self, key: tuple, args: Sequence[Any], flat: list) -> tuple | None:
         """(spec, out, the batch length) from array code generic in the batch length,

@@ -11,6 +11,7 @@ and finds the primitive behind a non-finite result (``debug_nans``).
 from __future__ import annotations
 
 import builtins
+import hashlib
 import os
 import sys
 import time
@@ -44,6 +45,33 @@ from .tracing import slot_text
 #: The ops adcompile defines (by identity): code of tapes of these only is kept on
 #: disk for other processes (an op a user defines may differ there).
 _BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
+
+
+def compile_settings() -> tuple:
+    """What code made from a tape depends on besides the tape and what is asked of it:
+    the size settings, the loop IR switch and adcompile's own source."""
+    from ..backend.records import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, code_version
+
+    return (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
+
+
+def wheres(tape: Tape) -> list[str]:
+    """The user's source lines of the tape's guards, which generated code names in its
+    comments: code kept on disk is keyed by them too (a tape's digest leaves them out)."""
+    return [getattr(g, "where", "") for g in tape.guards]
+
+
+def disk_key(tapes: Sequence[Tape], context: Any) -> str | None:
+    """The key code made from ``tapes`` (in ``context``) is kept under on disk
+    (``records.write_record``); None where it is not kept: a tape holds an op a
+    user defined, which may be another op in another process."""
+    digests = []
+    for tape in tapes:
+        digest, ops = tape.digest(repr((context, compile_settings(), wheres(tape))))
+        if not all(id(op) in _BUILTIN_OPS for op in ops):
+            return None
+        digests.append(digest)
+    return hashlib.blake2b(" ".join(digests).encode(), digest_size=20).hexdigest()
 
 
 # names generated code uses besides the arguments: an argument of the same name is
@@ -356,10 +384,8 @@ class CompileMixin:
             settings: tuple = ("arrays",)
             restore = None
         else:
-            from ..backend.records import FOLD_MIN_SLOTS, STRAIGHT_LINE_LIMIT, code_version
-
-            settings = (STRAIGHT_LINE_LIMIT, FOLD_MIN_SLOTS, pipeline.LOOP_IR, code_version())
-        digest, ops = tape.digest(repr((context, settings)))
+            settings = compile_settings()
+        digest, ops = tape.digest(repr((context, settings, wheres(tape))))
         on_disk = restore is not None and all(id(op) in _BUILTIN_OPS for op in ops)
 
         def made() -> Any:

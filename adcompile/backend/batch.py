@@ -27,6 +27,7 @@ the call's); where they differ, that length is traced as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -99,7 +100,7 @@ class BatchCompiled:
         self.lengths = lengths  # the lengths it was traced at: it serves n >= lengths[0]
         # ... at which the code's comparisons on n answer as traced
         self.length_guards = tuple(length_guards)
-        self.loops = loops  # the program it was printed from (``emit.fold.LoopSource``)
+        self._loops, self._remake = loops, None  # (the program it was printed from)
         self.source, self.explanation = loops.source, loops.explanation
         self.facts: CodeFacts = loops.facts  # what the code is, in numbers (``api.summary``)
         self.params = list(params)  # at the largest length traced
@@ -109,6 +110,65 @@ class BatchCompiled:
         self.work_size = (work.b, work.a) if isinstance(work, Lin) else (0, work)
         self.columns, self.n_out = loops.code.columns, loops.n_out
         self.timings = {**loops.timings, "compile": time.perf_counter() - clock}
+
+    def record(self) -> dict:
+        """What :meth:`restored` needs to make this code again, as JSON data."""
+        return {
+            "kind": "batch",
+            "source": self.source,
+            "explanation": self.explanation,
+            "facts": dataclasses.asdict(self.facts),
+            "columns": np.asarray(self.columns).tolist(),
+            "columns_dtype": str(np.asarray(self.columns).dtype),
+            "work_size": list(self.work_size),
+            "n_out": int(self.n_out),
+            "lengths": list(self.lengths),
+        }
+
+    @classmethod
+    def restored(
+        cls,
+        record: dict,
+        fname: str,
+        params: Sequence[Param],
+        tape: Callable[[], Tape],
+        length_guards: Sequence[Guard],
+        remake: Callable[[], Any],
+        n: int,
+    ) -> BatchCompiled:
+        """The code a :meth:`record` describes, without the passes that made it: loaded
+        from Numba's cache, or its first calls at length ``n`` (the call's, then the
+        check's) run as Python (``python_first``); ``remake()`` makes its folded
+        program again where another target's source is asked for."""
+        from .numba_functions import compile_folded_source  # (Numba: imported on use)
+        from .python_first import numba_later
+
+        self = cls.__new__(cls)
+        self.lengths, self.length_guards = tuple(record["lengths"]), tuple(length_guards)
+        self._loops, self._remake = None, remake
+        self.source, self.explanation = record["source"], record["explanation"]
+        self.facts = CodeFacts(**record["facts"])
+        self.params, self._tape = list(params), tape
+        self.work_size = tuple(record["work_size"])
+        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
+        self.n_out = record["n_out"]
+
+        def load() -> Callable:
+            return compile_folded_source(self.source, fname, [], self.params, "int64")
+
+        clock = time.perf_counter()
+        ops = self.facts.operations * max(n, 1) // self.lengths[-1]
+        self.fn = numba_later(self.source, fname, load, ops, calls=2)
+        self.timings = {"compile": time.perf_counter() - clock}
+        return self
+
+    @property
+    def loops(self) -> Any:
+        """The folded program it was printed from (``emit.fold.LoopSource``), which
+        prints it for other targets; made again for code restored from disk."""
+        if self._loops is None:
+            self._loops = self._remake()
+        return self._loops
 
     def serves(self, n: int) -> bool:
         """Whether this code answers for batch length ``n``."""

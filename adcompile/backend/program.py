@@ -235,10 +235,8 @@ class CompiledProgram(ABC):
     @property
     def from_disk(self) -> bool:
         """Whether Numba loaded its machine code from its disk cache (code restored
-        from disk whose first call ran as Python loads it after that call)."""
+        from disk whose first call runs as Python loads it after that call: not yet)."""
         native = self.native
-        if native is not None and getattr(native.fn, "restored", False):
-            return True  # (a ``python_first.NumbaLater``)
         stats = getattr(native.fn, "stats", None) if native is not None else None
         return stats is not None and sum(stats.cache_hits.values()) > 0
 

@@ -52,33 +52,35 @@ def wait_for_numba(timeout: float | None = None) -> None:
 
 
 def numba_later(
-    source: str, fname: str, load: Callable[[], Callable], operations: int
+    source: str, fname: str, load: Callable[[], Callable], operations: int, calls: int = 1
 ) -> Callable:
     """``load()`` (the Numba function of ``fname`` in ``source``, from Numba's disk
-    cache), or a :class:`NumbaLater` whose first call runs ``fname`` as Python and
-    which loads it after that call, where that is worth it (see the module)."""
+    cache), or a :class:`NumbaLater` whose first ``calls`` calls run ``fname`` as
+    Python and which loads it after them, where that is worth it (see the module):
+    batch-generic code runs twice in its first call, at the call's point and at
+    one near it, to check the new length against ``f``."""
     jit = sys.modules.get("adcompile.backend.jit")  # (perhaps being imported by a thread)
     loaded = getattr(jit, "LOADED", False)
     wanted = PYTHON_FIRST == "always" or (
-        PYTHON_FIRST == "auto" and not loaded and operations <= MAX_OPERATIONS
+        PYTHON_FIRST == "auto" and not loaded and operations * calls <= MAX_OPERATIONS
     )
     if not wanted:
         return load()
     python = getattr(loader.load(source, fname, {"abs": math.fabs}), fname)
-    return NumbaLater(python, load, getattr(loader.load(source, fname), fname))
+    return NumbaLater(python, load, getattr(loader.load(source, fname), fname), calls)
 
 
 class NumbaLater:
-    """A Numba function not loaded yet: the first call runs ``python`` (the same
-    source run by CPython), then a thread runs ``load()``; later calls wait for it.
-    ``py_func`` is the function Numba compiles (as a Numba dispatcher's)."""
+    """A Numba function not loaded yet: the first ``calls`` calls run ``python`` (the
+    same source run by CPython), then a thread runs ``load()``; later calls wait for
+    it. ``py_func`` is the function Numba compiles (as a Numba dispatcher's)."""
 
-    restored = True  # (its machine code comes from Numba's disk cache)
-
-    def __init__(self, python: Callable, load: Callable[[], Callable], py_func: Callable) -> None:
+    def __init__(
+        self, python: Callable, load: Callable[[], Callable], py_func: Callable, calls: int = 1
+    ) -> None:
         self.python, self._load, self.py_func = python, load, py_func
         self._fn: Callable | None = None
-        self._first = True
+        self._first = calls  # (calls left to run as Python)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # (for _first and _thread)
         self._loading = threading.Lock()  # (one load at a time)
@@ -88,14 +90,19 @@ class NumbaLater:
         fn = self._fn
         if fn is None:
             with self._lock:
-                first, self._first = self._first, False
+                first = self._first > 0
+                self._first = max(self._first - 1, 0)
+                last = first and self._first == 0
             if first:
                 try:
                     with np.errstate(all="ignore"):
                         ok = self.python(*args)
                 except (ArithmeticError, ValueError, TypeError):
                     ok = None  # (where CPython raises, Numba's answer is inf or nan)
-                self._start()
+                    with self._lock:
+                        self._first = 0
+                if last or ok is None:
+                    self._start()
                 if ok is not None:
                     self.python_calls += 1
                     return bool(ok)
@@ -112,7 +119,7 @@ class NumbaLater:
         a load fails, it fails here, in the caller's thread)."""
         if self._fn is None:
             with self._lock:
-                thread, self._first = self._thread, False
+                thread, self._first = self._thread, 0
             if thread is not None:
                 thread.join()
             with self._loading:
@@ -123,6 +130,8 @@ class NumbaLater:
     def _start(self) -> None:
         thread = threading.Thread(target=self._load_quietly, name="adcompile: loading Numba")
         with self._lock:
+            if self._thread is not None:
+                return
             self._thread = thread
         _loading.append(thread)
         thread.start()
