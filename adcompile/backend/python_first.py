@@ -35,9 +35,9 @@ from ..trace import loader
 #: (``MAX_OPERATIONS``); "always" (tests), "never".
 PYTHON_FIRST = "auto"
 #: The most operations (of the unrolled tape, before differentiating) a first call
-#: runs as Python: about 100-150 ns each, with their adjoints, against the 0.35 s
-#: Numba takes to load.
-MAX_OPERATIONS = 1_000_000
+#: runs as Python: 40-140 ns each, with their adjoints (the chain, Rosenbrock, the
+#: MLP over rows), against the 0.35 s Numba takes to load.
+MAX_OPERATIONS = 2_000_000
 
 
 #: The threads loading Numba's code for restored programs (``wait_for_numba``).
