@@ -215,6 +215,19 @@ def test_huber_loss_under_lbfgsb_compiles_once():
         hv, hg = hand(p)
         assert v == pytest.approx(hv, rel=1e-12)
         np.testing.assert_allclose(g, hg, rtol=1e-10, atol=1e-14)
+    # the mean's derivative 1 / n, selected by np.where, is a number, not n copies
+    # of it (in the code for every batch length, a number in n)
+    assert "# Array code" in vg.source  # (the NumPy code: loop nests come at call 100)
+    assert "(1.0 / n), 0.0)" in vg.source and "np.full" not in vg.source
+    for m in (37, 200, 611):  # other lengths, through the same code
+        tm = np.linspace(0, 1, m)
+        ym = 2 * tm - 1 + np.cos(7 * tm)
+        p = np.array([0.4, -0.3])
+        v, g = vg(p, tm, ym)
+        r = p[0] * tm + p[1] - ym
+        dr = np.where(np.abs(r) <= 0.5, r, 0.5 * np.sign(r)) / m
+        assert v == pytest.approx(huber(p, tm, ym), rel=1e-12)
+        np.testing.assert_allclose(g, [dr @ tm, dr.sum()], rtol=1e-10, atol=1e-14)
 
 
 @pytest.mark.parametrize(

@@ -65,6 +65,8 @@ def array_source(
         node = tape.nodes[i]
         if node.op == CONST and not isinstance(node.value, np.ndarray):
             return literal(node.value)
+        if node.op == CONST:  # (a constant array: a name the code reads)
+            names[tape.name(i)] = node.value
         return tape.name(i)
 
     # each local's last reader: freed after it (NumPy's memory is reused, not kept)
@@ -92,12 +94,9 @@ def array_source(
         if i == tape.adjoint_from:
             body.append("# the adjoint: reverse mode, node by node backwards")
         op = node.op
-        if op == INPUT or (op == CONST and not isinstance(node.value, np.ndarray)):
+        if op in (INPUT, CONST):
             continue
-        if op == CONST:
-            names[tape.name(i)] = node.value
-            continue
-        operands = [operand(a) for a in node.args]
+        operands = [_uniform(tape, a, i) or operand(a) for a in node.args]
         into = _written_into(op, places.pop(i, None), tape.shapes[i], operands)
         body.append(f"{tape.name(i)} = {into or _expression(op, operands, names)}")
         if into:
@@ -128,6 +127,25 @@ def array_source(
     ]
     names.update(code_names(tape))
     return "\n".join(head + ["        " + line for line in body]) + "\n", names
+
+
+def _uniform(tape: ArrayTape, a: int, i: int) -> str | None:
+    """Operand ``a`` of node ``i`` as a number, where it is a float constant array of
+    one value that node ``i`` (element-wise, or ``where``) would broadcast to its own
+    shape anyway: ``np.where(v10, 0.0001, 0.0)``, not an array of n copies (in code
+    generic in the batch length, a number that follows n, as ``(1.0 / n)``)."""
+    node, const = tape.nodes[i], tape.nodes[a]
+    value = const.value
+    if const.op != CONST or not isinstance(value, np.ndarray) or value.dtype.kind != "f":
+        return None
+    if isinstance(node.op, ArrayOp) and node.op.name != "where":
+        return None
+    if not value.size or not np.all(value == value.flat[0]):
+        return None
+    others = [tape.shapes[b] for b in node.args if b != a]
+    if np.broadcast_shapes(*others, ()) != tuple(tape.shapes[i]):
+        return None
+    return literal(float(value.flat[0]))
 
 
 def _written_into(
