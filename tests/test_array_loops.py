@@ -27,11 +27,8 @@ RNG = np.random.default_rng(31)
 NOT_LOWERED = {
     "prod with a zero",  # prod's derivative: products of the others
     "batched matmul",  # a 3-D matmul
-    "einsum",
-    "dot outer tensordot",
     "integer-array index",
     "constant mask",
-    "cumsum diff",  # a cumsum along one axis of two
 }
 
 
@@ -226,5 +223,44 @@ def test_products_by_blas(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fresh = x + 0.1 * RNG.normal(size=x.shape)
     v, g = vg(fresh)
     assert v == pytest.approx(float(f(fresh)), rel=1e-10, abs=1e-12)
+    d = RNG.normal(size=x.shape)
+    assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)
+
+
+B3 = RNG.normal(size=(2, 3, 4))
+M34 = RNG.normal(size=(3, 4))
+EINSUMS = {
+    "inner": lambda x: np.einsum("ij,ij->", x, x),
+    "matrix vector": lambda x: np.sum(np.einsum("ij,j->i", x, M34[0]) ** 2),
+    "transposed product": lambda x: np.sum(np.einsum("ij,kj->ik", x, M34) ** 2),
+    "batched": lambda x: np.sum(np.tanh(np.einsum("bij,bjk->bik", B3, x.reshape(2, 4, 2)))),
+    "outer": lambda x: np.sum(np.einsum("i,j->ij", x[0], x[1]) ** 2),
+    "cumsum 3-D, each axis": lambda x: sum(
+        np.sum(np.cumsum(x.reshape(2, 2, 4), axis=k) ** 2) for k in range(3)
+    ),
+    "cumsum 1-D": lambda x: np.sum(np.cumsum(x[0]) * x[1]),
+}
+
+
+@pytest.mark.parametrize("name", list(EINSUMS))
+def test_einsum_and_cumsum_as_loop_nests(name: str) -> None:
+    """Two-operand einsum (any letters: products, contractions, batches, outers) and
+    cumsum along any axis: loops, held against NumPy's value, the Values' engine
+    and central differences."""
+    f = EINSUMS[name]
+    x = RNG.normal(size=(4, 4)) if name in ("batched", "cumsum 3-D, each axis") else None
+    x = RNG.normal(size=(3, 4)) if x is None else x
+    vg = ad.value_and_grad(f)
+    vg(x)
+    assert _lowered(vg), vg.source[:400]
+    assert "_s_v" in vg.source  # (the statement's own loops, not a NumPy call)
+    fresh = x + 0.1 * RNG.normal(size=x.shape)
+    v, g = vg(fresh)
+    assert v == pytest.approx(float(f(fresh)), rel=1e-11, abs=1e-12)
+    elements = ad.value_and_grad(f)
+    elements.array_level = False  # (the Values' engine, element by element)
+    ev, eg = elements(fresh)
+    assert ev == pytest.approx(v, rel=1e-11, abs=1e-12)
+    np.testing.assert_allclose(g, eg, rtol=1e-10, atol=1e-12)
     d = RNG.normal(size=x.shape)
     assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)

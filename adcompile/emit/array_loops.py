@@ -9,8 +9,12 @@ prints as NumPy calls) as explicit loops, for ``numba.njit``:
   array between the links;
 - a reduction is a loop that accumulates, with the chain that feeds it inside;
 - ``matmul`` is ``np.dot`` (BLAS), or loops where small (``SMALL_PRODUCT``),
-  which accumulate onto a copy of the array they are added to, where they
-  are read only by that add; other ops are their ``LoopForm.statement``;
+  which accumulate onto the array they are added to, where they are read only
+  by that add (onto that array itself where no one reads it after, else onto
+  a copy); other ops are their ``LoopForm.statement`` (``einsum`` and
+  ``cumsum``: loops of their own);
+- in a scan, the arrays a step makes are made once before the loop, where no
+  step hands them to the next;
 - an array is made only where a value is read twice, by a product, or
   broadcast against a larger one (each of its elements would be computed more
   than once), or read outside its loop;

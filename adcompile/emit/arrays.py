@@ -37,8 +37,9 @@ def literal(v: float) -> str:
 
 
 # names array code gives its own variables (slots, loop temporaries, indices,
-# constants), and those it reads: a parameter of one of them is renamed
-_CLASH = re.compile(r"(v|t|x|i|_c)\d+|n|np|math|out")
+# constants, a statement's temporaries ``_s_v12``), and those it reads: a
+# parameter of one of them is renamed
+_CLASH = re.compile(r"(v|t|x|i|_c)\d+|n|np|math|out|_\w+_v\d+")
 
 
 def code_params(params: Sequence[Param]) -> list[Param]:

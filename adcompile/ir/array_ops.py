@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
-from .loop_forms import broadcast_index, getitem_form, unit_reshape
+from .loop_forms import broadcast_index, cumsum_statement, getitem_form, unit_reshape
 from .ops import OPS
 
 # ---------------------------------------------------------------- helpers on arrays
@@ -374,7 +374,7 @@ def cumsum(axis: int) -> ArrayOp:
             f"np.cumsum({{0}}, axis={axis})",
             (rule,),
             lambda s: s,
-            loop=LoopForm(statement="{name} = np.cumsum({0})", fits=lambda s: len(s) == 1),
+            loop=LoopForm(statement=cumsum_statement(axis)),
         ),
     )
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from .array_ops import reshape, transpose, unbroadcast
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
+from .loop_forms import einsum_statement
 
 # ---------------------------------------------------------------- products
 
@@ -123,6 +124,7 @@ def einsum(spec: str) -> ArrayOp:
                 lambda g, o, x, y: einsum(f"{a},{out}->{b}")(x, g),
             ),
             shape,
+            loop=LoopForm(statement=einsum_statement(a, b, out)),
         ),
     )
 

@@ -71,3 +71,64 @@ def getitem_form(index: tuple, text: str) -> LoopForm | None:
         return found
 
     return LoopForm(view=view, array=f"{{0}}[{text}]" if ints else None)
+
+
+def _nest(loops: Sequence[tuple[str, str]], inner: list[str], depth: int = 0) -> list[str]:
+    """``inner`` inside ``for var in range(size)`` for each (var, size), outermost first."""
+    lines = [f"{'    ' * (depth + k)}for {v} in range({n}):" for k, (v, n) in enumerate(loops)]
+    pad = "    " * (depth + len(loops))
+    return lines + [pad + line for line in inner]
+
+
+def einsum_statement(a: str, b: str, out: str) -> str:
+    """``np.einsum(f"{a},{b}->{out}", {0}, {1})`` as loops (a ``LoopForm.statement``):
+    one loop per output letter, and inside, the sum over the other letters in a
+    local. Sizes are read from the operands' shapes; the temporaries' names end
+    in the result's (``_s_v12``), so that two such statements never share one."""
+
+    def size(c: str) -> str:
+        return f"{{0}}.shape[{a.index(c)}]" if c in a else f"{{1}}.shape[{b.index(c)}]"
+
+    def var(c: str) -> str:
+        return f"_{c}_{{name}}"
+
+    summed = [c for c in dict.fromkeys(a + b) if c not in out]
+    at = ", ".join(var(c) for c in out)
+    left = f"{{0}}[{', '.join(map(var, a))}]" if a else "{0}"  # (a 0-d operand: a number)
+    right = f"{{1}}[{', '.join(map(var, b))}]" if b else "{1}"
+    term = f"{left} * {right}"
+    acc = "_s_{name}"
+    body = [f"{acc} = 0.0", *_nest([(var(c), size(c)) for c in summed], [f"{acc} += {term}"])]
+    if not out:
+        return "\n".join([*body, f"{{name}} = {acc}"])
+    shape = "(" + "".join(f"{size(c)}, " for c in out) + ")"
+    loops = _nest([(var(c), size(c)) for c in out], [*body, f"{{name}}[{at}] = {acc}"])
+    return "\n".join([f"{{name}} = np.empty({shape})", *loops])
+
+
+def cumsum_statement(axis: int) -> str:
+    """``np.cumsum({0}, axis=axis)`` as loops, for any number of axes (a
+    ``LoopForm.statement``): the operand seen as (before, along, after), each
+    running sum in a local, in NumPy's order."""
+    return "\n".join(
+        [
+            "_x_{name} = np.ascontiguousarray({0})",
+            "_m_{name} = 1",
+            f"for _d_{{name}} in range({axis}):",
+            "    _m_{name} *= _x_{name}.shape[_d_{name}]",
+            f"_n_{{name}} = _x_{{name}}.shape[{axis}]",
+            "_k_{name} = _x_{name}.size // max(_m_{name} * _n_{name}, 1)",
+            "_y_{name} = _x_{name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
+            "{name} = np.empty(_x_{name}.shape)",
+            "_z_{name} = {name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
+            *_nest(
+                [("_p_{name}", "_m_{name}"), ("_q_{name}", "_k_{name}")],
+                [
+                    "_s_{name} = 0.0",
+                    "for _r_{name} in range(_n_{name}):",
+                    "    _s_{name} += _y_{name}[_p_{name}, _r_{name}, _q_{name}]",
+                    "    _z_{name}[_p_{name}, _r_{name}, _q_{name}] = _s_{name}",
+                ],
+            ),
+        ]
+    )
