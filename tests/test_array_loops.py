@@ -27,8 +27,6 @@ RNG = np.random.default_rng(31)
 NOT_LOWERED = {
     "prod with a zero",  # prod's derivative: products of the others
     "batched matmul",  # a 3-D matmul
-    "integer-array index",
-    "constant mask",
 }
 
 
@@ -259,6 +257,44 @@ def test_einsum_and_cumsum_as_loop_nests(name: str) -> None:
     assert v == pytest.approx(float(f(fresh)), rel=1e-11, abs=1e-12)
     elements = ad.value_and_grad(f)
     elements.array_level = False  # (the Values' engine, element by element)
+    ev, eg = elements(fresh)
+    assert ev == pytest.approx(v, rel=1e-11, abs=1e-12)
+    np.testing.assert_allclose(g, eg, rtol=1e-10, atol=1e-12)
+    d = RNG.normal(size=x.shape)
+    assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)
+
+
+ROWS = np.array([3, 0, 0, -1, 2])
+GATHERS = {
+    "rows, repeated and negative": lambda x: np.sum(np.sin(x[ROWS]) ** 2),
+    "columns beside a slice": lambda x: np.sum(x[1:, [2, 0, 2]] * x[:-1, [1, 1, 3]]),
+    "a mask over both axes": lambda x: np.sum(x[x.shape[1] * np.eye(6, 4) > 0] ** 3),
+    "a mask on the rows": lambda x: np.sum(np.exp(x[np.array([1, 0, 1, 1, 0, 0], bool)])),
+    "two arrays side by side": lambda x: np.sum(x[[0, 5, 2], [3, 3, 1]] ** 2),
+    "one after another": lambda x: np.sum(x[[0, 1]][:, [2, 3]] ** 2) + x[[0, 5], 1:][1, 0],
+    # where NumPy's rule moves the arrays' axis first (arrays apart), or mixes ints
+    # with them: kept as NumPy code, and still right
+    "arrays apart": lambda x: np.sum(x.reshape(2, 3, 4)[[0, 1], :, [1, 2]] ** 2),
+    "an int beside an array": lambda x: np.sum(x[2, [1, 3]] ** 2),
+}
+NUMPY_CODE = {"arrays apart", "an int beside an array"}
+
+
+@pytest.mark.parametrize("name", list(GATHERS))
+def test_integer_array_and_mask_indexing_as_loop_nests(name: str) -> None:
+    """An index of slices and one run of integer arrays (a mask: its nonzero), read
+    in the loops as ``x[rows[i0], i1]``; its adjoint adds each row where it was
+    read, so a row read twice gets both. Held against NumPy's value, the Values'
+    engine and central differences."""
+    f, x = GATHERS[name], RNG.normal(size=(6, 4))
+    vg = ad.value_and_grad(f)
+    vg(x)
+    assert _lowered(vg) == (name not in NUMPY_CODE), vg.source[:400]
+    fresh = x + 0.1 * RNG.normal(size=x.shape)
+    v, g = vg(fresh)
+    assert v == pytest.approx(float(f(fresh)), rel=1e-11, abs=1e-12)
+    elements = ad.value_and_grad(f)
+    elements.array_level = False
     ev, eg = elements(fresh)
     assert ev == pytest.approx(v, rel=1e-11, abs=1e-12)
     np.testing.assert_allclose(g, eg, rtol=1e-10, atol=1e-12)

@@ -245,6 +245,10 @@ class _Printer:
 
     def source(self, params: Sequence[Param], fname: str, doc: str) -> tuple[str, dict]:
         tape, body, params = self.tape, [], code_params(params)
+        for node in tape.nodes:  # (the arrays an op's form reads: an index's integers)
+            form = getattr(node.op, "loop", None) if isinstance(node.op, ArrayOp) else None
+            if form is not None and form.consts:
+                self.consts.update(form.consts)
         for pos, i in enumerate(tape.inputs):
             shape, name, size = tape.shapes[i], params[pos].name, params[pos].size
             if not shape:  # a number (passed as one of its own, or as an array of one)

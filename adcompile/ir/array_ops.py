@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
-from .loop_forms import broadcast_index, cumsum_statement, getitem_form, unit_reshape
+from .loop_forms import (
+    broadcast_index,
+    cumsum_statement,
+    gathered,
+    getitem_form,
+    scatter_statement,
+    unit_reshape,
+)
 from .ops import OPS
 
 # ---------------------------------------------------------------- helpers on arrays
@@ -438,7 +445,7 @@ def getitem(index: tuple) -> ArrayOp:
             (lambda g, out, x: scatter_add(index, shape_of(x))(g),),
             lambda s: _indexed_shape(s, index),
             constants=constants,
-            loop=getitem_form(index, text),
+            loop=getitem_form(index, text, list(constants)),
             index=index,
             remake=getitem,
         )
@@ -484,15 +491,27 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
             (lambda g, out, x: getitem(index)(g),),
             lambda s: shape,
             constants={**constants, "added_at": added_at},
-            loop=LoopForm(
-                statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
-                fits=lambda s: _settable(index),
-            ),
+            loop=_scatter_form(index, text, list(constants), shape),
             index=index,
             remake=lambda at: scatter_add(at, shape),
         )
 
     return _index_op("scatter_add", index, shape, make)
+
+
+def _scatter_form(index: tuple, text: str, names: list[str], shape: Shape) -> LoopForm | None:
+    """``scatter_add``'s loop form: zeros, then ``g`` written where a basic index
+    reads; for an index of arrays (``gathered``), each row added in a loop."""
+    if _basic(index):
+        return LoopForm(
+            statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
+            fits=lambda s: _settable(index),
+        )
+    found = gathered(index, names)
+    if found is None:
+        return None
+    items, consts = found
+    return LoopForm(statement=scatter_statement(items, shape), consts=consts)
 
 
 def setitem(index: tuple) -> ArrayOp:

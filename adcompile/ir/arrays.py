@@ -56,6 +56,9 @@ class LoopForm:
       (``np.dot({0}, {1})``; ``{name}``: the result), where ``fits(*shapes)``;
       ``product`` marks a matrix product (of 1-D and 2-D operands), which a small
       one is written as loops instead (``emit.array_loops.SMALL_PRODUCT``).
+
+    ``consts``: constant arrays the form reads by name (the loop code takes them
+    as arguments).
     """
 
     element: str | None = None
@@ -65,6 +68,8 @@ class LoopForm:
     statement: str | None = None
     fits: Callable[..., bool] | None = None
     product: bool = False
+    # the constant arrays its text reads, by name (an index's integers)
+    consts: dict[str, Any] | None = None
 
 
 class ArrayOp(Op):

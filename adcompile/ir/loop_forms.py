@@ -40,12 +40,16 @@ def affine_text(start: int, step: int, var: str) -> str:
     return term if start == 0 else f"({start} + {term})"
 
 
-def getitem_form(index: tuple, text: str) -> LoopForm | None:
+def getitem_form(index: tuple, text: str, names: Sequence[str] = ()) -> LoopForm | None:
     """``x[index]`` in loop nests: an element of the result reads one of ``x`` (a
-    basic index: None for one with arrays), and a run of ints is a view of a whole
-    array (``{0}[text]``)."""
+    basic index, or one whose arrays ``names`` are read in the loop: see
+    :func:`gathered`), and a run of ints is a view of a whole array (``{0}[text]``)."""
     if any(isinstance(item, np.ndarray) for item in index):
-        return None
+        found = gathered(index, names)
+        if found is None:
+            return None
+        items, consts = found
+        return LoopForm(view=lambda at, shape, old: _gather(items, at, old), consts=consts)
     ints = all(isinstance(i, (int, np.integer, str)) for i in index)
 
     def view(at: Sequence[str], shape: Shape, old: Shape) -> list[str]:
@@ -130,5 +134,74 @@ def cumsum_statement(axis: int) -> str:
                     "    _z_{name}[_p_{name}, _r_{name}, _q_{name}] = _s_{name}",
                 ],
             ),
+        ]
+    )
+
+
+def gathered(index: tuple, names: Sequence[str]) -> tuple[list, dict[str, np.ndarray]] | None:
+    """An index of slices and integer arrays as loop code reads it: its items, each
+    array one ``(name, length)`` per axis it indexes, and those arrays by name
+    (a boolean mask: its ``np.nonzero``, one array per axis); or None where NumPy's
+    rule is not one result axis at the arrays' place (arrays apart, or of other
+    lengths, ints beside them, None, ``...``, arrays of more than one axis).
+    ``names``: the arrays' names in the index, in order."""
+    items: list = []
+    consts: dict[str, np.ndarray] = {}
+    arrays = iter(names)
+    for item in index:
+        if isinstance(item, slice):
+            items.append(item)
+            continue
+        if not isinstance(item, np.ndarray):
+            return None
+        name = next(arrays)
+        parts = np.nonzero(item) if item.dtype == np.bool_ else (item,)
+        if item.dtype != np.bool_ and (item.ndim != 1 or item.dtype.kind not in "iu"):
+            return None
+        for j, part in enumerate(parts):
+            key = name if len(parts) == 1 and item.dtype != np.bool_ else f"{name}_{j}"
+            consts[key] = np.ascontiguousarray(part, dtype=np.int64)
+            items.append((key, len(part)))
+    at = [k for k, item in enumerate(items) if isinstance(item, tuple)]
+    if at != list(range(at[0], at[-1] + 1)) or len({items[k][1] for k in at}) != 1:
+        return None
+    return items, consts
+
+
+def _gather(items: list, at: Sequence[str], old: Shape) -> list[str]:
+    """The operand's index of a gathered result's ``at`` (:func:`gathered`)."""
+    items = items + [slice(None)] * (len(old) - len(items))
+    found, rest, row = [], iter(at), None
+    for item, n in zip(items, old):
+        if isinstance(item, tuple):
+            row = next(rest) if row is None else row  # (the arrays share one axis)
+            found.append(f"{item[0]}[{row}]")
+        else:
+            start, _, step = item.indices(n)
+            found.append(affine_text(start, step, next(rest)))
+    return found
+
+
+def scatter_statement(items: list, shape: Shape) -> str:
+    """The adjoint of a gather (:func:`gathered`) as loops: zeros of ``shape``, and
+    each row of ``{0}`` added where it was read from (rows read twice add up)."""
+    items = items + [slice(None)] * (len(shape) - len(items))
+    rows = next(item[1] for item in items if isinstance(item, tuple))
+    target, source, done = [], [], False
+    for item in items:
+        if isinstance(item, tuple):
+            target.append(f"{item[0]}[_j_{{name}}]")
+            if not done:
+                source.append("_j_{name}")
+                done = True
+        else:
+            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop))
+            target.append(text + ("" if item.step is None else f":{item.step}"))
+            source.append(":")
+    return "\n".join(
+        [
+            f"{{name}} = np.zeros({tuple(shape)!r})",
+            f"for _j_{{name}} in range({rows}):",
+            f"    {{name}}[{', '.join(target)}] += {{0}}[{', '.join(source)}]",
         ]
     )
