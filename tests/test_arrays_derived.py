@@ -12,9 +12,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import central_diff
+from test_arrays import CASES
 
 import adcompile as ad
 from adcompile.api import captured
+from adcompile.api.derived import jvp_transform
 
 RNG = np.random.default_rng(7)
 A = RNG.normal(size=(20, 15))
@@ -186,3 +188,21 @@ def test_vmap_of_array_code_runs_it_on_each_point() -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
     z = ad.vmap(only_on_arrays)(X)  # runs at array level only
     np.testing.assert_allclose(z, [only_on_arrays(x) for x in X], rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_jvp_of_each_numpy_function_is_a_forward_sweep(name: str) -> None:
+    """Every array op's forward rule (``ArrayOp.jvp``; element-wise ops through their
+    reverse rules): ad.jvp is one forward sweep, held against the gradient dotted
+    with the tangent and central differences. np.prod's too: its forward rule needs
+    the product of the others, not their derivative (which np.prod has none of)."""
+    f, x = CASES[name]
+    t = RNG.normal(size=x.shape)
+    value, tangent = ad.jvp(f, (x,), (t,))
+    assert value == pytest.approx(float(f(x)), rel=1e-12, abs=1e-13)
+    g = ad.grad(f)(x)
+    assert tangent == pytest.approx(float(np.sum(g * t)), rel=1e-9, abs=1e-10)
+    want = central_diff(lambda s: f(x + s[0] * t), [0.0], [1.0])
+    assert tangent == pytest.approx(want, rel=1e-5, abs=1e-6)
+    text = ad.explain(jvp_transform(f))
+    assert "a forward sweep" in text, text

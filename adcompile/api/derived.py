@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..diff.arrays import has_forward_rules
 from ..diff.arrays import hvp_tape as array_hvp_tape
 from ..diff.arrays import jvp_tape as array_jvp_tape
 from ..diff.arrays import vjp_tape as array_vjp_tape
@@ -212,8 +213,9 @@ class Derived(Transformed):
         return self._keep(key, Specialisation(tape, compiled, [], self.mode, False, layout))
 
     def _derive_arrays(self, tape: ArrayTape, key: tuple) -> tuple[ArrayTape, OutLayout, str, Any]:
-        """``_derive`` for an array tape: reverse sweeps only (a forward sweep is the
-        gradient of a reverse one, ``diff.arrays.jvp_tape``); a Jacobian or Hessian is
+        """``_derive`` for an array tape: a forward sweep of the ops' forward rules for
+        jvp (``diff.arrays.jvp_tape``; two reverse sweeps where an op has none), reverse
+        sweeps for the others; a Jacobian or Hessian is
         made one basis vector at a time, ``(m, dest, shapes)``: the basis vectors'
         count, where their results go, and the shapes of the inputs they fill."""
         pkey = self._primal(key)
@@ -223,7 +225,12 @@ class Derived(Transformed):
             code = array_jvp_tape(tape, list(range(k)))
             layout = self._jvp_layout(tape)
             _reorder(code, [*range(k), *range(n_in, n_in + k), *range(k, n_in)])
-            return code, layout, "two reverse sweeps (the gradient of a reverse sweep)", None
+            how = (
+                "a forward sweep (each op's forward rule)"
+                if has_forward_rules(tape)
+                else "two reverse sweeps (the gradient of a reverse sweep)"
+            )
+            return code, layout, how, None
         if self.mode == "hvp":
             code = array_hvp_tape(tape, [0])
             _reorder(code, [0, n_in, *range(1, n_in)])

@@ -1,4 +1,5 @@
-"""Reverse mode on array tapes: the value-and-gradient tape of an ``ArrayTape``.
+"""Reverse and forward mode on array tapes: the value-and-gradient tape of an
+``ArrayTape``, and its Jacobian-vector products (``jvp_tape``).
 
 The same sweep as ``diff.reverse`` for scalar tapes, run on tracing arrays: the
 primal is replayed into a new recorder, then each node's vector-Jacobian rules
@@ -113,7 +114,76 @@ def hvp_tape(tape: ArrayTape, wrt: Sequence[int]) -> ArrayTape:
     return grad_tape(rec.tape([rec.operand(dotted)], names), wrt, value=False)
 
 
+class NoForwardRule(NotImplementedError):
+    """An array op with no forward rule (``ArrayOp.jvp``) has a tangent."""
+
+
+def _tangents(
+    rec: ArrayTrace, tape: ArrayTape, vals: Sequence[Any], seeds: dict[int, Any]
+) -> list[Any]:
+    """Each slot's tangent (None: zero), recorded into ``rec`` node by node, forwards,
+    from the ``seeds`` of input slots. An element-wise op's is the sum of its reverse
+    rules applied to its operands' tangents (its derivative is diagonal, so the rule
+    that multiplies an adjoint by it multiplies a tangent alike); an array op's is
+    its own forward rule's."""
+    tan: list[Any] = [None] * len(tape.nodes)
+    for slot, t in seeds.items():
+        tan[slot] = t
+    for i, node in enumerate(tape.nodes):
+        if node.op in (CONST, INPUT) or tape.booleans[i]:
+            continue
+        ts = [None if tape.booleans[a] else tan[a] for a in node.args]
+        if all(t is None for t in ts):
+            continue
+        argvals = [vals[a] for a in node.args]
+        if isinstance(node.op, ArrayOp):
+            if node.op.jvp is None:
+                raise NoForwardRule(node.op.name)
+            tan[i] = rec.operand(node.op.jvp(ts, vals[i], *argvals))
+            continue
+        total = None
+        for k, t in enumerate(ts):
+            rule = node.op.vjp[k] if k < len(node.op.vjp) else None
+            if t is None or rule is None:
+                continue  # (None: derivative 0, as floor's)
+            c = rec.operand(rule(t, vals[i], *argvals))
+            total = c if total is None else total + c
+        if total is not None and shape_of(total) != tape.shapes[i]:
+            total = A.broadcast_to(tape.shapes[i])(total)
+        tan[i] = total
+    return tan
+
+
 def jvp_tape(tape: ArrayTape, wrt: Sequence[int], value: bool = True) -> ArrayTape:
+    """The tape of ``J t``: after ``tape``'s inputs, one tangent ``t`` per input of
+    ``wrt`` (of its shape); outputs, ``tape``'s own (not with ``value`` False), then
+    the directional derivative of each: one forward sweep of the ops' forward rules
+    (``_tangents``). Where an op has none, two reverse sweeps instead
+    (``jvp_by_reverse``)."""
+    rec, xs, vals = _replayed(tape)
+    ts = [rec.input(tape.shapes[tape.inputs[p]]) for p in wrt]
+    try:
+        tan = _tangents(rec, tape, vals, {tape.inputs[p]: t for p, t in zip(wrt, ts)})
+    except NoForwardRule:
+        return jvp_by_reverse(tape, wrt, value)
+    outs = [
+        tan[o] if tan[o] is not None else rec.const(np.zeros(tape.shapes[o]))
+        for o in tape.outputs
+    ]
+    if value:
+        outs = [vals[o] for o in tape.outputs] + outs
+    names = [*tape.names, *(f"t{k}" for k in range(len(ts)))]
+    return rec.tape([rec.operand(o) for o in outs], names)
+
+
+def has_forward_rules(tape: ArrayTape) -> bool:
+    """Whether every array op of ``tape`` has a forward rule (``jvp_tape`` is then one
+    forward sweep)."""
+    ops = [n.op for n in tape.nodes if isinstance(n.op, ArrayOp) and not n.op.boolean]
+    return all(op.jvp is not None for op in ops)  # (a comparison's result is data)
+
+
+def jvp_by_reverse(tape: ArrayTape, wrt: Sequence[int], value: bool = True) -> ArrayTape:
     """The tape of ``J t``: after ``tape``'s inputs, one tangent ``t`` per input of
     ``wrt`` (of its shape); outputs, ``tape``'s own (not with ``value`` False), then
     the directional derivative of each. ``J t`` is the gradient in ``u`` of

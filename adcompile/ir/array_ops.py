@@ -13,11 +13,12 @@ NumPy's (``added_at``, ``updated``, ``prod_of_others``) are each op's
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from .array_values import added_at, basic, prod_of_others, updated
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
 from .loop_forms import (
     broadcast_index,
@@ -93,6 +94,21 @@ ELEMENT = {
 }
 
 
+def linear(op: Callable[[], ArrayOp]) -> Callable[..., Any]:
+    """The forward rule of an op linear in its one operand: the op of the tangent
+    (``op()`` gives the op: it is looked up when the rule runs)."""
+
+    def rule(ts: Sequence[Any], out: Any, x: Any) -> Any:
+        return op()(ts[0])
+
+    return rule
+
+
+def _zero(t: Any, x: Any) -> Any:
+    """Tangent ``t``, or zeros of ``x``'s shape where there is none."""
+    return t if t is not None else np.zeros(shape_of(x))
+
+
 def boolean(name: str) -> ArrayOp:
     """An element-wise comparison or logical op (``less``, ``isnan`` ...): a boolean
     array, data that takes no gradient."""
@@ -142,6 +158,9 @@ def where() -> ArrayOp:
             (None, _where_vjp(1), _where_vjp(2)),
             broadcast,
             loop=LoopForm(element="({1} if {0} else {2})"),
+            jvp=lambda ts, out, c, a, b: where()(
+                c, 0.0 if ts[1] is None else ts[1], 0.0 if ts[2] is None else ts[2]
+            ),
         ),
     )
 
@@ -192,6 +211,21 @@ def _reduce_vjp(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> Call
     return rule
 
 
+def _reduce_jvp(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> Callable:
+    """Each result element is a sum of its own operand elements' tangents, weighted by
+    their derivatives: the reverse rule's at a seed of ones (1 for a sum; the others'
+    product for a product; the extreme elements, ties sharing, for max and min)."""
+
+    def rule(ts: Sequence[Any], out: Any, x: Any) -> Any:
+        total = reduce("sum", axes, keepdims)
+        if kind == "sum":
+            return total(ts[0])
+        ones = np.ones(shape_of(out)) if shape_of(out) else 1.0
+        return total(mul_(_reduce_vjp(kind, axes, keepdims)(ones, out, x), ts[0]))
+
+    return rule
+
+
 def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
     """``np.sum`` / ``np.prod`` / ``np.max`` / ``np.min`` over ``axes`` (sorted, or
     None for all)."""
@@ -214,35 +248,10 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
             (_reduce_vjp(kind, axes, keepdims),),
             _reduced(axes, keepdims),
             loop=LoopForm(reduce=(kind, axes, keepdims)),
+            jvp=_reduce_jvp(kind, axes, keepdims),
         )
 
     return CACHE.get(("reduce", kind, axes, keepdims), make)
-
-
-def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
-    """Each element's product of the others along ``axes``, without dividing (exact
-    where ``x`` holds zeros): exclusive products from the left and the right."""
-    flat = _to_last(np.asarray(x, dtype=_float(x)), axes)
-    left = np.cumprod(np.concatenate([np.ones_like(flat[..., :1]), flat[..., :-1]], -1), -1)
-    rev = flat[..., ::-1]
-    right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
-    return _from_last(left * right[..., ::-1], np.shape(x), axes)
-
-
-def _to_last(x: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
-    """``x`` with the ``axes`` moved last and joined into one."""
-    axes = tuple(range(x.ndim)) if axes is None else axes
-    rest = [k for k in range(x.ndim) if k not in axes]
-    moved = np.transpose(x, rest + list(axes))
-    return moved.reshape(moved.shape[: len(rest)] + (-1,))
-
-
-def _from_last(y: np.ndarray, shape: Shape, axes: tuple[int, ...] | None) -> np.ndarray:
-    axes = tuple(range(len(shape))) if axes is None else axes
-    rest = [k for k in range(len(shape)) if k not in axes]
-    order = rest + list(axes)
-    y = y.reshape(tuple(shape[k] for k in order))
-    return np.transpose(y, np.argsort(order))
 
 
 def _no_second(name: str) -> Callable:
@@ -285,6 +294,7 @@ def reshape(shape: Shape) -> ArrayOp:
             lambda s: shape,
             keeps_shape=True,
             loop=LoopForm(view=unit_reshape, array=f"{{0}}.reshape({shape!r})"),
+            jvp=linear(lambda: reshape(shape)),
         ),
     )
 
@@ -305,6 +315,7 @@ def transpose(axes: tuple[int, ...]) -> ArrayOp:
                 view=lambda index, shape, old: [index[back[k]] for k in range(len(old))],
                 array="{0}.T" if axes == (1, 0) else None,
             ),
+            jvp=linear(lambda: transpose(axes)),
         ),
     )
 
@@ -322,6 +333,7 @@ def broadcast_to(shape: Shape) -> ArrayOp:
             lambda s: _fits(s, shape) and shape,
             keeps_shape=True,
             loop=LoopForm(view=broadcast_index),
+            jvp=linear(lambda: broadcast_to(shape)),
         ),
     )
 
@@ -363,6 +375,7 @@ def concatenate(axis: int, n: int) -> ArrayOp:
                 statement=f"{{name}} = np.concatenate(({operands},), axis={axis})",
                 fits=lambda *shapes: all(shapes),
             ),
+            jvp=lambda ts, out, *xs: concatenate(axis, n)(*map(_zero, ts, xs)),
         ),
     )
 
@@ -382,6 +395,7 @@ def cumsum(axis: int) -> ArrayOp:
             (rule,),
             lambda s: s,
             loop=LoopForm(statement=cumsum_statement(axis)),
+            jvp=linear(lambda: cumsum(axis)),
         ),
     )
 
@@ -448,6 +462,7 @@ def getitem(index: tuple) -> ArrayOp:
             loop=getitem_form(index, text, list(constants)),
             index=index,
             remake=getitem,
+            jvp=linear(lambda: getitem(index)),
         )
 
     return _index_op("getitem", index, None, make)
@@ -473,10 +488,6 @@ def _fits(small: Shape, shape: Shape) -> bool:
     return True
 
 
-def _basic(index: tuple) -> bool:
-    return not any(isinstance(item, np.ndarray) for item in index)
-
-
 def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
     """An array of ``shape``, zero but where ``x[index]`` is: there it adds ``g``
     (``getitem``'s adjoint; repeated indices add up)."""
@@ -492,6 +503,7 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
             lambda s: shape,
             constants={**constants, "added_at": added_at},
             loop=_scatter_form(index, text, list(constants), shape),
+            jvp=linear(lambda: scatter_add(index, shape)),
             index=index,
             remake=lambda at: scatter_add(at, shape),
         )
@@ -502,7 +514,7 @@ def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
 def _scatter_form(index: tuple, text: str, names: list[str], shape: Shape) -> LoopForm | None:
     """``scatter_add``'s loop form: zeros, then ``g`` written where a basic index
     reads; for an index of arrays (``gathered``), each row added in a loop."""
-    if _basic(index):
+    if basic(index):
         return LoopForm(
             statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
             fits=lambda s: _settable(index),
@@ -536,6 +548,9 @@ def setitem(index: tuple) -> ArrayOp:
             ),
             index=index,
             remake=setitem,
+            jvp=lambda ts, out, x, v: setitem(index)(
+                _zero(ts[0], x), 0.0 if ts[1] is None else ts[1]
+            ),
         )
 
     return _index_op("setitem", index, None, make)
@@ -550,27 +565,3 @@ def mul_(a: Any, b: Any) -> Any:
 
 def div_(a: Any, b: Any) -> Any:
     return OPS["div"](a, b)
-
-
-def added_at(g: Any, shape: Shape, index: tuple) -> np.ndarray:
-    """An array of ``shape``, zero but for ``g`` added at ``index`` (repeated indices
-    add up)."""
-    z = np.zeros(shape, dtype=_float(g))
-    if _basic(index):
-        z[index] = g
-    else:
-        np.add.at(z, index, g)
-    return z
-
-
-def _float(*xs: Any) -> type:
-    """float, or object where an operand holds objects (an array of Values: an array
-    tape expanded into elements, ``api.tracing.trace_expanded``)."""
-    return object if any(np.asarray(x).dtype == object for x in xs) else float
-
-
-def updated(x: Any, index: tuple, v: Any) -> np.ndarray:
-    """``x`` with ``x[index] = v``, as a new array."""
-    y = np.array(x, dtype=_float(x, v))
-    y[index] = v
-    return y

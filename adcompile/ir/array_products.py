@@ -57,6 +57,18 @@ def _matmul_vjp(k: int) -> Callable:
     return rule
 
 
+def bilinear(op: Callable[[], ArrayOp]) -> Callable[..., Any]:
+    """The forward rule of a product: ``op(ta, b) + op(a, tb)``, of the operands that
+    have tangents."""
+
+    def rule(ts: Any, out: Any, a: Any, b: Any) -> Any:
+        terms = [op()(ta, b) for ta in ts[:1] if ta is not None]
+        terms += [op()(a, tb) for tb in ts[1:] if tb is not None]
+        return terms[0] if len(terms) == 1 else terms[0] + terms[1]
+
+    return rule
+
+
 def matmul() -> ArrayOp:
     """``a @ b`` (``np.matmul``: BLAS for float arrays)."""
     return CACHE.get(
@@ -73,6 +85,7 @@ def matmul() -> ArrayOp:
                 fits=lambda a, b: len(a) <= 2 and len(b) <= 2,
                 product=True,
             ),
+            jvp=bilinear(matmul),
         ),
     )
 
@@ -125,6 +138,7 @@ def einsum(spec: str) -> ArrayOp:
             ),
             shape,
             loop=LoopForm(statement=einsum_statement(a, b, out)),
+            jvp=bilinear(lambda: einsum(spec)),
         ),
     )
 

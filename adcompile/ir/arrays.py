@@ -76,7 +76,8 @@ class ArrayOp(Op):
     """An op on whole arrays (not element-wise): ``eval`` takes and returns NumPy
     arrays, ``shape_of(*shapes)`` gives the result's shape, ``code`` is a Python
     template over NumPy (``{0}``: the first operand's text), ``loop`` its form in
-    loop nests (None: it has none, and its program stays NumPy code)."""
+    loop nests (None: it has none, and its program stays NumPy code), ``vjp`` its
+    reverse rules and ``jvp`` its forward rule (``diff.arrays``)."""
 
     def __init__(
         self,
@@ -92,9 +93,13 @@ class ArrayOp(Op):
         loop: LoopForm | None = None,
         index: tuple | None = None,
         remake: Callable[[tuple], ArrayOp] | None = None,
+        jvp: Callable[..., Any] | None = None,
     ) -> None:
         super().__init__(name, arity, eval, code, vjp, smooth=False, method=False)
         self.loop = loop
+        # the forward rule: ``jvp(tangents, out, *args)``, the tangent of the result from
+        # the operands' (None where an operand has none: zero); None: it has none
+        self.jvp = jvp
         # an indexing op's index, and the op of its kind at another index (whose ints
         # may be the texts of loop code, ``"(3 + r0)"``: a scan's repetition)
         self.index, self.remake = index, remake
