@@ -274,3 +274,57 @@ def test_code_kept_on_disk_names_the_file_of_the_process_that_runs_it(tmp_path):
     for folder, source in zip(("one", "two", "two"), sources):
         assert f"{tmp_path / folder / 'block.py'}:5" in source
     assert sources[1] == sources[2]
+
+
+# a loop body over x[i] and x[i + 1]: ops whose domains end (log, sqrt, a fractional
+# power, a division), so that fresh points reach where CPython raises or Numba gives nan
+TERMS = [
+    "ad.sin({a}) * {b}",
+    "ad.log({a} * {a} + 0.5) - {b}",
+    "ad.sqrt({a} + 1.0) * {b}",
+    "({a} + 2.0) ** 1.5",
+    "{b} / ({a} - 0.25)",
+    "ad.tanh({a} * {b}) + ad.exp(-{b} * {b})",
+    "ad.maximum({a}, {b}) * {a}",
+    "abs({a} - {b}) ** 0.5",
+]
+
+
+@settings(
+    max_examples=6,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[*PATIENT["suppress_health_check"], HealthCheck.function_scoped_fixture],
+)
+@given(
+    terms=st.lists(st.sampled_from(TERMS), min_size=1, max_size=3),
+    fresh=st.lists(st.lists(st.floats(-3, 3), min_size=40, max_size=40), min_size=4, max_size=4),
+)
+def test_folded_code_as_python_gives_numbas_answers(restored, terms, fresh):
+    """Folded loops (a sum over 39 pairs of neighbours of random terms): the restored
+    code's first call runs as Python and agrees with the cold compile; then the same
+    loops as Python and as Numba agree at fresh points, nan and inf included, or the
+    Python run raises (where a first call would wait for Numba)."""
+    body = " + ".join(t.format(a="x[i]", b="x[i + 1]") for t in terms)
+    src = f"def f(x):\n    return sum({body} for i in range(len(x) - 1))\n"
+    note(src)
+    f = _compile(src)
+    x = np.linspace(0.3, 1.7, 40)
+    with np.errstate(all="ignore"):
+        first, compiled, cold = restored(f, x)
+    assert compiled.facts.kind == "folded"
+    assert first[0] == pytest.approx(cold[0], rel=1e-12)
+    np.testing.assert_allclose(first[1], cold[1], rtol=1e-11, atol=1e-13)
+    fn = compiled.fn
+    for point in fresh:
+        xs = np.array(point)
+        ok_numba, want = compiled.call(xs)
+        got = np.empty_like(want)
+        try:
+            with np.errstate(all="ignore"):
+                ok_python = fn.python(xs, *_extra(compiled), got)
+        except (ArithmeticError, ValueError, TypeError):
+            continue
+        assert bool(ok_python) == bool(ok_numba)
+        if ok_numba:
+            np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-13, equal_nan=True)
