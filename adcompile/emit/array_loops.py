@@ -133,7 +133,8 @@ class _Printer:
             return "view"
         if form.reduce is not None:
             return "reduce"
-        if form.product and math.prod(shapes[0]) * shapes[1][-1] <= self.small:
+        small = math.prod(shapes[0]) * shapes[1][-1] <= self.small if form.product else False
+        if small and len(shapes[0]) <= 2 and len(shapes[1]) <= 2:
             return "product"
         return "statement"
 
@@ -344,7 +345,9 @@ class _Printer:
             operands = [self._array(a) for a in node.args]
             if kind == "reshape":
                 return [f"{name} = {form.array.format(*operands)}"]
-            return form.statement.format(*operands, name=name).splitlines()
+            shapes = [tape.shapes[a] for a in node.args]
+            text = form.statement if form.statement_of is None else form.statement_of(*shapes)
+            return text.format(*operands, name=name).splitlines()
         if kind == "reduce":
             return self._reduce(i)
         if kind == "product":

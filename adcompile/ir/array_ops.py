@@ -25,6 +25,7 @@ from .loop_forms import (
     cumsum_statement,
     gathered,
     getitem_form,
+    others_statement,
     scatter_statement,
     unit_reshape,
 )
@@ -274,6 +275,10 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
             (_no_second("prod"),),
             lambda s: s,
             constants={"prod_of_others": prod_of_others},
+            loop=LoopForm(
+                statement=others_statement(None if axes is None else axes[0]),
+                fits=lambda s: axes is None or len(axes) == 1,
+            ),
         ),
     )
 

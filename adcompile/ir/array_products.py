@@ -69,6 +69,29 @@ def bilinear(op: Callable[[], ArrayOp]) -> Callable[..., Any]:
     return rule
 
 
+def _batched(a: Shape, b: Shape) -> tuple[str, str, str] | None:
+    """The einsum letters of a matmul of more than two axes whose stacked axes are
+    the same on both sides, or on one side only (no broadcasting of ones); or None."""
+    if len(a) < 2 or len(b) < 2 or max(len(a), len(b)) > 8:
+        return None
+    sa, sb = a[:-2], b[:-2]
+    if sa and sb and sa != sb:
+        return None
+    batch = "abcdef"[: max(len(sa), len(sb))]
+    left = (batch if sa else "") + "ij"
+    right = (batch if sb else "") + "jk"
+    return left, right, batch + "ik"
+
+
+def _matmul_statement(a: Shape, b: Shape) -> str:
+    """``np.dot`` (BLAS) for operands of one or two axes; a batched product as the
+    loops of an einsum."""
+    if len(a) <= 2 and len(b) <= 2:
+        return "{name} = np.dot({0}, {1})"
+    left, right, out = _batched(a, b)
+    return einsum_statement(left, right, out)
+
+
 def matmul() -> ArrayOp:
     """``a @ b`` (``np.matmul``: BLAS for float arrays)."""
     return CACHE.get(
@@ -81,8 +104,8 @@ def matmul() -> ArrayOp:
             (_matmul_vjp(0), _matmul_vjp(1)),
             _matmul_shape,
             loop=LoopForm(
-                statement="{name} = np.dot({0}, {1})",
-                fits=lambda a, b: len(a) <= 2 and len(b) <= 2,
+                statement_of=_matmul_statement,
+                fits=lambda a, b: len(a) <= 2 and len(b) <= 2 or _batched(a, b) is not None,
                 product=True,
             ),
             jvp=bilinear(matmul),

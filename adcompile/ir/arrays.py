@@ -53,7 +53,8 @@ class LoopForm:
       ``array``, where set, writes the view of a whole array (``{0}.T``);
     - ``reduce``: (kind, axes or None, keepdims), an accumulating loop;
     - ``statement``: Numba code making the whole result from whole arrays
-      (``np.dot({0}, {1})``; ``{name}``: the result), where ``fits(*shapes)``;
+      (``np.dot({0}, {1})``; ``{name}``: the result), where ``fits(*shapes)``; or
+      ``statement_of(*shapes)``, the code for operands of those shapes;
       ``product`` marks a matrix product (of 1-D and 2-D operands), which a small
       one is written as loops instead (``emit.array_loops.SMALL_PRODUCT``).
 
@@ -66,6 +67,7 @@ class LoopForm:
     array: str | None = None
     reduce: tuple[str, tuple[int, ...] | None, bool] | None = None
     statement: str | None = None
+    statement_of: Callable[..., str] | None = None
     fits: Callable[..., bool] | None = None
     product: bool = False
     # the constant arrays its text reads, by name (an index's integers)

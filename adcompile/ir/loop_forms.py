@@ -110,32 +110,60 @@ def einsum_statement(a: str, b: str, out: str) -> str:
     return "\n".join([f"{{name}} = np.empty({shape})", *loops])
 
 
-def cumsum_statement(axis: int) -> str:
-    """``np.cumsum({0}, axis=axis)`` as loops, for any number of axes (a
-    ``LoopForm.statement``): the operand seen as (before, along, after), each
-    running sum in a local, in NumPy's order."""
-    return "\n".join(
-        [
-            "_x_{name} = np.ascontiguousarray({0})",
+def _along(axis: int | None) -> list[str]:
+    """Lines that see ``{0}`` as ``_y_{name}`` of shape (before, along, after) around
+    ``axis`` (None: all of it along one axis), and ``{name}``, a new array of its
+    shape, as ``_z_{name}`` alike."""
+    if axis is None:
+        sizes = ["_m_{name} = 1", "_n_{name} = _x_{name}.size"]
+    else:
+        sizes = [
             "_m_{name} = 1",
             f"for _d_{{name}} in range({axis}):",
             "    _m_{name} *= _x_{name}.shape[_d_{name}]",
             f"_n_{{name}} = _x_{{name}}.shape[{axis}]",
-            "_k_{name} = _x_{name}.size // max(_m_{name} * _n_{name}, 1)",
-            "_y_{name} = _x_{name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
-            "{name} = np.empty(_x_{name}.shape)",
-            "_z_{name} = {name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
-            *_nest(
-                [("_p_{name}", "_m_{name}"), ("_q_{name}", "_k_{name}")],
-                [
-                    "_s_{name} = 0.0",
-                    "for _r_{name} in range(_n_{name}):",
-                    "    _s_{name} += _y_{name}[_p_{name}, _r_{name}, _q_{name}]",
-                    "    _z_{name}[_p_{name}, _r_{name}, _q_{name}] = _s_{name}",
-                ],
-            ),
         ]
-    )
+    return [
+        "_x_{name} = np.ascontiguousarray({0})",
+        *sizes,
+        "_k_{name} = _x_{name}.size // max(_m_{name} * _n_{name}, 1)",
+        "_y_{name} = _x_{name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
+        "{name} = np.empty(_x_{name}.shape)",
+        "_z_{name} = {name}.reshape((_m_{name}, _n_{name}, _k_{name}))",
+    ]
+
+
+_EACH = [("_p_{name}", "_m_{name}"), ("_q_{name}", "_k_{name}")]
+_AT = "[_p_{name}, _r_{name}, _q_{name}]"
+
+
+def cumsum_statement(axis: int) -> str:
+    """``np.cumsum({0}, axis=axis)`` as loops, for any number of axes (a
+    ``LoopForm.statement``): each running sum in a local, in NumPy's order."""
+    inner = [
+        "_s_{name} = 0.0",
+        "for _r_{name} in range(_n_{name}):",
+        f"    _s_{{name}} += _y_{{name}}{_AT}",
+        f"    _z_{{name}}{_AT} = _s_{{name}}",
+    ]
+    return "\n".join([*_along(axis), *_nest(_EACH, inner)])
+
+
+def others_statement(axis: int | None) -> str:
+    """Each element's product of the others along ``axis`` (None: all), as loops: the
+    products of those before it, then of those after it, in the order and with the
+    operations of ``array_values.prod_of_others``."""
+    inner = [
+        "_s_{name} = 1.0",
+        "for _r_{name} in range(_n_{name}):",
+        f"    _z_{{name}}{_AT} = _s_{{name}}",
+        f"    _s_{{name}} *= _y_{{name}}{_AT}",
+        "_s_{name} = 1.0",
+        "for _r_{name} in range(_n_{name} - 1, -1, -1):",
+        f"    _z_{{name}}{_AT} *= _s_{{name}}",
+        f"    _s_{{name}} *= _y_{{name}}{_AT}",
+    ]
+    return "\n".join([*_along(axis), *_nest(_EACH, inner)])
 
 
 def gathered(index: tuple, names: Sequence[str]) -> tuple[list, dict[str, np.ndarray]] | None:
