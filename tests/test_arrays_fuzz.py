@@ -2,7 +2,8 @@
 
 Each program is a random chain of NumPy calls on a 2-D argument (element-wise
 ops, broadcasting against rows, columns and numbers, comparisons feeding
-``np.where``, reductions with axes, products, slices, reshapes). The compiled
+``np.where``, reductions with axes, products, einsum, stacked products, slices,
+integer-array indexes, cumsum and prod along an axis, reshapes). The compiled
 value and gradient, traced at array level, are held at a fresh point (not the
 traced one) against plain NumPy's value, the same function traced element by
 element (``array_level = False``, the Values' engine) and central differences.
@@ -35,6 +36,7 @@ UNARY = {
 ROW = np.linspace(-0.5, 0.7, 4)
 COL = np.linspace(0.3, -0.4, 3)[:, None]
 MAT = np.linspace(-1.0, 1.0, 8).reshape(4, 2)
+SQUARE = np.linspace(-0.6, 0.9, 16).reshape(4, 4)
 
 
 def _step(kind: str, arg: str):  # noqa: ANN202
@@ -55,15 +57,32 @@ def _step(kind: str, arg: str):  # noqa: ANN202
         return lambda x: x + 0.2 * np.tanh((x @ MAT) @ MAT.T)
     if kind == "slice":
         return lambda x: np.concatenate([x[:, 1:], x[:, :1] ** 2], axis=1)
+    if kind == "einsum":
+        return lambda x: x + 0.2 * np.einsum("ij,jk->ik", x, SQUARE)
+    if kind == "stacked":
+        return lambda x: x + 0.1 * np.sum(np.stack([x, 0.5 * x * x]) @ SQUARE, axis=0)
+    if kind == "cumsum":
+        return lambda x: 0.5 * np.cumsum(x, axis={"rows": 0, "cols": 1}[arg]) - 0.2 * x
+    if kind == "prod":
+        return lambda x: (
+            x + 0.1 * np.prod(np.tanh(x), axis={"rows": 0, "cols": 1}[arg], keepdims=True)
+        )
+    if kind == "gather":
+        return lambda x: x[[2, 0, 1]] * 0.5 + x[:, [3, 3, 0, 1]]
     return lambda x: (x.T.reshape(3, 4) + x) * 0.5  # reshape of a transpose
 
 
-STEPS = st.sampled_from(
+STEP_LIST = (
     [("unary", k) for k in UNARY]
     + [("binary", k) for k in ("row", "col", "number", "self")]
     + [("where", "zero"), ("where", "row"), ("reduce", "rows"), ("reduce", "cols")]
     + [("product", ""), ("slice", ""), ("reshape", "")]
+    + [("einsum", ""), ("stacked", ""), ("gather", "")]
+    + [("cumsum", "rows"), ("cumsum", "cols"), ("prod", "rows"), ("prod", "cols")]
 )
+STEPS = st.sampled_from(STEP_LIST)
+# (np.prod's derivative has no derivative of its own at array level yet)
+TWICE = st.sampled_from([s for s in STEP_LIST if s[0] != "prod"])
 ENDS = st.sampled_from(["sum", "mean of squares", "norm", "var", "logsumexp"])
 
 
@@ -134,14 +153,15 @@ HALF = settings(
 
 @HALF
 @given(
-    steps=st.lists(STEPS, min_size=1, max_size=4),
+    steps=st.lists(TWICE, min_size=1, max_size=4),
     end=ENDS,
     seed=st.integers(0, 2**16),
 )
 def test_random_numpy_programs_hvp_and_jvp_agree_with_differences(steps, end, seed, monkeypatch):
     """The same programs' Hessian-vector and Jacobian-vector products (reverse over
-    reverse, at array level), at a fresh point: against central differences of the
-    array-level gradient (checked above) and of plain NumPy."""
+    reverse, and a forward sweep, at array level), at a fresh point: against
+    central differences of the array-level gradient (checked above) and of plain
+    NumPy."""
     monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
     f = _program(steps, end)
     rng = np.random.default_rng(seed)
