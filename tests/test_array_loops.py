@@ -237,9 +237,9 @@ EINSUMS = {
     "batched matmul, both stacked": lambda x: np.sum(
         np.sin(x.reshape(2, 2, 4) @ B3.transpose(0, 2, 1)[:, :4, :]) ** 2
     ),
-    "products of the others, by axis": lambda x: np.sum(np.prod(x, axis=0) ** 2)
-    + np.sum(np.prod(x, axis=1))
-    + np.prod(x[0]),
+    "products of the others, by axis": lambda x: (
+        np.sum(np.prod(x, axis=0) ** 2) + np.sum(np.prod(x, axis=1)) + np.prod(x[0])
+    ),
 }
 
 

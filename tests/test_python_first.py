@@ -121,7 +121,10 @@ def test_batch_generic_code_is_restored_and_its_first_call_runs_as_python(tmp_pa
     runs = []
     for _ in range(2):
         out = subprocess.run(
-            [sys.executable, "-c", BATCH_CHILD], env=env, capture_output=True, text=True,
+            [sys.executable, "-c", BATCH_CHILD],
+            env=env,
+            capture_output=True,
+            text=True,
             timeout=300,
         )
         assert out.returncode == 0, out.stderr
@@ -266,8 +269,12 @@ def test_code_kept_on_disk_names_the_file_of_the_process_that_runs_it(tmp_path):
         (tmp_path / folder).mkdir(exist_ok=True)
         (tmp_path / folder / "block.py").write_text(GUARDED)
         out = subprocess.run(
-            [sys.executable, "block.py"], cwd=tmp_path / folder, env=env,
-            capture_output=True, text=True, timeout=300,
+            [sys.executable, "block.py"],
+            cwd=tmp_path / folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         assert out.returncode == 0, out.stderr
         sources.append(out.stdout)

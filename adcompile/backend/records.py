@@ -1,6 +1,7 @@
 """What compiling reads besides the tape, with no Numba: the size settings that pick
-the kind of code, and the records of folded code kept on disk (``read_record``),
-keyed by a hash of adcompile's own source (``code_version``). A warm process
+the kind of code, and the records of compiled code kept on disk (``read_record``:
+folded, straight-line and batch-generic code), keyed with a hash of adcompile's
+own source (``code_version``). A warm process
 reads these before it imports Numba, or without importing it at all.
 """
 

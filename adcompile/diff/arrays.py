@@ -167,8 +167,7 @@ def jvp_tape(tape: ArrayTape, wrt: Sequence[int], value: bool = True) -> ArrayTa
     except NoForwardRule:
         return jvp_by_reverse(tape, wrt, value)
     outs = [
-        tan[o] if tan[o] is not None else rec.const(np.zeros(tape.shapes[o]))
-        for o in tape.outputs
+        tan[o] if tan[o] is not None else rec.const(np.zeros(tape.shapes[o])) for o in tape.outputs
     ]
     if value:
         outs = [vals[o] for o in tape.outputs] + outs

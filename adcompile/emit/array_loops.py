@@ -319,7 +319,6 @@ class _Printer:
             return f"{name} = np.full({shape!r}, {fill}{dtype})"
         return f"{name} = np.{how}({shape!r}{dtype})"
 
-
     def _epilogue(self, span: Span) -> list[str]:
         """At the end of a step: what it keeps, and what the next step reads."""
         lines = [f"{stack}[{span.var}] = {self.tape.name(i)}" for stack, i in span.stacks]

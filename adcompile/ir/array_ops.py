@@ -548,8 +548,7 @@ def setitem(index: tuple) -> ArrayOp:
             constants={**constants, "updated": updated},
             loop=LoopForm(
                 statement=f"{{name}} = {{0}}.copy()\n{{name}}[{text}] = {{1}}",
-                fits=lambda sx, sv: _settable(index)
-                and sv in ((), _indexed_shape(sx, index)),
+                fits=lambda sx, sv: _settable(index) and sv in ((), _indexed_shape(sx, index)),
             ),
             index=index,
             remake=setitem,

@@ -164,5 +164,3 @@ def einsum(spec: str) -> ArrayOp:
             jvp=bilinear(lambda: einsum(spec)),
         ),
     )
-
-
