@@ -50,14 +50,19 @@ print(json.dumps({
 """
 
 
-def _child(cache: str) -> dict:
+def _run(args: list[str], cache: str, cwd: str | None = None) -> str:
+    """What a fresh Python process prints, run on the cache folder ``cache``."""
     env = dict(os.environ, ADCOMPILE_CACHE_DIR=cache, ADCOMPILE_QUIET="1")
     env.pop("ADCOMPILE_CHECK", None)  # (check mode runs every call twice)
     out = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
     )
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return out.stdout
+
+
+def _child(cache: str, script: str = CHILD) -> dict:
+    return json.loads(_run(["-c", script], cache).strip().splitlines()[-1])
 
 
 def _small_grad(s: np.ndarray) -> list[float]:
@@ -116,19 +121,7 @@ def test_batch_generic_code_is_restored_and_its_first_call_runs_as_python(tmp_pa
     """Code generic in the batch length is kept on disk by the traces it was made
     from; a warm process traces those lengths, restores it, and runs both runs of
     its first call (the call's point, and the check's near it) as Python."""
-    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path), ADCOMPILE_QUIET="1")
-    env.pop("ADCOMPILE_CHECK", None)
-    runs = []
-    for _ in range(2):
-        out = subprocess.run(
-            [sys.executable, "-c", BATCH_CHILD],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs = [_child(str(tmp_path), BATCH_CHILD) for _ in range(2)]
     cold, warm = runs
     assert "restored from the disk cache" not in cold["stages"] and cold["python_calls"] == 0
     assert "restored from the disk cache" in warm["stages"] and warm["python_calls"] == 2
@@ -193,17 +186,20 @@ def test_folded_code_runs_its_first_call_as_python(restored):
     assert value == pytest.approx(v0, rel=1e-13)
 
 
+def _fuzz(examples: int) -> settings:
+    """The hypothesis settings of the fuzz tests here (``restored`` is a maker:
+    nothing in it is meant to be reset between examples)."""
+    checks = [*PATIENT["suppress_health_check"], HealthCheck.function_scoped_fixture]
+    return settings(
+        max_examples=examples, derandomize=True, deadline=None, suppress_health_check=checks
+    )
+
+
 _point = st.floats(-3, 3, allow_subnormal=False)
 _points = st.tuples(_point, _point, st.lists(_point, min_size=3, max_size=3))
 
 
-@settings(
-    max_examples=8,
-    derandomize=True,
-    deadline=None,
-    # (``restored`` is a maker: nothing in it is meant to be reset between examples)
-    suppress_health_check=[*PATIENT["suppress_health_check"], HealthCheck.function_scoped_fixture],
-)
+@_fuzz(8)
 @given(
     src=programs(),
     x=st.floats(-1.5, 1.5),
@@ -263,21 +259,11 @@ print(g.source)
 def test_code_kept_on_disk_names_the_file_of_the_process_that_runs_it(tmp_path):
     """Generated code names the user's line of each guard; the same program in
     another file gets code that names that file, not the one kept on disk first."""
-    env = dict(os.environ, ADCOMPILE_CACHE_DIR=str(tmp_path / "cache"), ADCOMPILE_QUIET="1")
     sources = []
     for folder in ("one", "two", "two"):
         (tmp_path / folder).mkdir(exist_ok=True)
         (tmp_path / folder / "block.py").write_text(GUARDED)
-        out = subprocess.run(
-            [sys.executable, "block.py"],
-            cwd=tmp_path / folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert out.returncode == 0, out.stderr
-        sources.append(out.stdout)
+        sources.append(_run(["block.py"], str(tmp_path / "cache"), str(tmp_path / folder)))
     for folder, source in zip(("one", "two", "two"), sources):
         assert f"{tmp_path / folder / 'block.py'}:5" in source
     assert sources[1] == sources[2]
@@ -297,12 +283,7 @@ TERMS = [
 ]
 
 
-@settings(
-    max_examples=6,
-    derandomize=True,
-    deadline=None,
-    suppress_health_check=[*PATIENT["suppress_health_check"], HealthCheck.function_scoped_fixture],
-)
+@_fuzz(6)
 @given(
     terms=st.lists(st.sampled_from(TERMS), min_size=1, max_size=3),
     fresh=st.lists(st.lists(st.floats(-3, 3), min_size=40, max_size=40), min_size=4, max_size=4),
