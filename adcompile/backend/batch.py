@@ -27,7 +27,6 @@ the call's); where they differ, that length is traced as it is.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -50,7 +49,9 @@ from .program import (
     NativeCall,
     ProgramVisitor,
     T,
+    code_record,
     guard_checks,
+    read_code_record,
 )
 
 #: Batches shorter than this are traced as they are.
@@ -113,17 +114,9 @@ class BatchCompiled:
 
     def record(self) -> dict:
         """What :meth:`restored` needs to make this code again, as JSON data."""
-        return {
-            "kind": "batch",
-            "source": self.source,
-            "explanation": self.explanation,
-            "facts": dataclasses.asdict(self.facts),
-            "columns": np.asarray(self.columns).tolist(),
-            "columns_dtype": str(np.asarray(self.columns).dtype),
-            "work_size": list(self.work_size),
-            "n_out": int(self.n_out),
-            "lengths": list(self.lengths),
-        }
+        return code_record(
+            self, "batch", work_size=list(self.work_size), lengths=list(self.lengths)
+        )
 
     @classmethod
     def restored(
@@ -146,12 +139,9 @@ class BatchCompiled:
         self = cls.__new__(cls)
         self.lengths, self.length_guards = tuple(record["lengths"]), tuple(length_guards)
         self._loops, self._remake = None, remake
-        self.source, self.explanation = record["source"], record["explanation"]
-        self.facts = CodeFacts(**record["facts"])
+        read_code_record(self, record)
         self.params, self._tape = list(params), tape
         self.work_size = tuple(record["work_size"])
-        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
-        self.n_out = record["n_out"]
 
         def load() -> Callable:
             return compile_folded_source(self.source, fname, [], self.params, "int64")

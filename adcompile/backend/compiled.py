@@ -9,7 +9,6 @@ through ``backend.jit`` (neither module imports it with itself).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +44,8 @@ from .program import (
     NativeCall,
     ProgramVisitor,
     T,
+    code_record,
+    read_code_record,
 )
 from .python_first import numba_later
 
@@ -126,13 +127,7 @@ class StraightLineCompiled(CompiledProgram):
 
     def record(self) -> dict:
         """What :meth:`restored` needs to make this code again, as JSON data."""
-        return {
-            "kind": "straight-line",
-            "source": self.source,
-            "explanation": self.explanation,
-            "facts": dataclasses.asdict(self.facts),
-            "n_out": self.n_out,
-        }
+        return code_record(self, "straight-line")
 
     @classmethod
     def restored(
@@ -143,9 +138,8 @@ class StraightLineCompiled(CompiledProgram):
         makes its tape where it is asked for."""
         self = cls.__new__(cls)
         self._tape, self._make_tape = None, tape
-        self.params, self.n_out = list(params), record["n_out"]
-        self.source, self.explanation = record["source"], record["explanation"]
-        self.facts = CodeFacts(**record["facts"])
+        self.params = list(params)
+        read_code_record(self, record)
 
         def load() -> Callable:
             return compile_straight_line(self.source, fname, self.params)
@@ -293,16 +287,7 @@ class LoopCompiled(CompiledProgram):
 
     def record(self) -> dict:
         """What :meth:`restored` needs to make this code again, as JSON data."""
-        return {
-            "kind": "loops",
-            "source": self.source,
-            "explanation": self.explanation,
-            "facts": dataclasses.asdict(self.facts),
-            "columns": np.asarray(self.columns).tolist(),
-            "columns_dtype": str(np.asarray(self.columns).dtype),
-            "work_size": int(self.work_size),
-            "n_out": int(self.n_out),
-        }
+        return code_record(self, "loops", work_size=int(self.work_size))
 
     @classmethod
     def restored(
@@ -318,12 +303,10 @@ class LoopCompiled(CompiledProgram):
         target's source is asked for (:attr:`loops`)."""
         self = cls.__new__(cls)
         self.params = list(params)
-        self.source, self.explanation = record["source"], record["explanation"]
-        self.facts = CodeFacts(**record["facts"])
+        read_code_record(self, record)
         self.program = self.grad = self._loops = None  # (only the printers read them)
         self._remake = remake
-        self.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
-        self.work_size, self.n_out = record["work_size"], record["n_out"]
+        self.work_size = record["work_size"]
         self.timings = {}
         self._start(fname, unrolled, restored=True)
         return self

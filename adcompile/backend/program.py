@@ -35,7 +35,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, TypeVar
 
 import numpy as np
@@ -249,3 +249,31 @@ class CompiledProgram(ABC):
         """What restores this code in another process without the passes that made
         it, as JSON data (``records.write_record``); None where it is not kept."""
         return None
+
+
+def code_record(program: Any, kind: str, **more: Any) -> dict:
+    """A record of compiled code (``CompiledProgram.record``), as JSON data: its kind,
+    source, explanation, facts and outputs' count, a folded program's per-repetition
+    constants (``columns``) where it has them, and ``more``."""
+    record = {
+        "kind": kind,
+        "source": program.source,
+        "explanation": program.explanation,
+        "facts": asdict(program.facts),
+        "n_out": int(program.n_out),
+        **more,
+    }
+    columns = getattr(program, "columns", None)
+    if columns is not None:
+        record["columns"] = np.asarray(columns).tolist()
+        record["columns_dtype"] = str(np.asarray(columns).dtype)
+    return record
+
+
+def read_code_record(program: Any, record: dict) -> None:
+    """Set what :func:`code_record` kept on ``program`` (made without ``__init__``)."""
+    program.source, program.explanation = record["source"], record["explanation"]
+    program.facts = CodeFacts(**record["facts"])
+    program.n_out = record["n_out"]
+    if "columns" in record:
+        program.columns = np.asarray(record["columns"], dtype=record["columns_dtype"])
