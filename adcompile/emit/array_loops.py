@@ -35,7 +35,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir.arrays import ArrayOp, ArrayTape
-from ..ir.loop_forms import broadcast_index
+from ..ir.loop_forms import broadcast_index, nest
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
 from ..loops.array_scan import Span, fold
@@ -487,6 +487,4 @@ def _number(v: object) -> str:
 
 def _nest(shape: Sequence[int], inner: list[str]) -> list[str]:
     """``inner`` inside one loop per axis of ``shape`` (``i0`` outermost)."""
-    lines = [f"{'    ' * k}for i{k} in range({n}):" for k, n in enumerate(shape)]
-    pad = "    " * len(shape)
-    return lines + [pad + line for line in inner]
+    return nest([(f"i{k}", n) for k, n in enumerate(shape)], inner)

@@ -27,6 +27,7 @@ from .loop_forms import (
     getitem_form,
     others_statement,
     scatter_statement,
+    slice_text,
     unit_reshape,
 )
 from .ops import OPS
@@ -426,8 +427,7 @@ def index_text(index: tuple, names: dict[int, str]) -> str:
     parts = []
     for k, item in enumerate(index):
         if isinstance(item, slice):
-            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop))
-            parts.append(text + ("" if item.step is None else f":{item.step}"))
+            parts.append(slice_text(item))
         elif item is None:
             parts.append("None")
         elif item is Ellipsis:

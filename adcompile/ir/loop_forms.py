@@ -77,11 +77,17 @@ def getitem_form(index: tuple, text: str, names: Sequence[str] = ()) -> LoopForm
     return LoopForm(view=view, array=f"{{0}}[{text}]" if ints else None)
 
 
-def _nest(loops: Sequence[tuple[str, str]], inner: list[str], depth: int = 0) -> list[str]:
+def nest(loops: Sequence[tuple[str, object]], inner: list[str]) -> list[str]:
     """``inner`` inside ``for var in range(size)`` for each (var, size), outermost first."""
-    lines = [f"{'    ' * (depth + k)}for {v} in range({n}):" for k, (v, n) in enumerate(loops)]
-    pad = "    " * (depth + len(loops))
+    lines = [f"{'    ' * k}for {v} in range({n}):" for k, (v, n) in enumerate(loops)]
+    pad = "    " * len(loops)
     return lines + [pad + line for line in inner]
+
+
+def slice_text(item: slice) -> str:
+    """A slice as Python writes it in an index (``1:``, ``::2``, ``:``)."""
+    text = ":".join("" if v is None else str(v) for v in (item.start, item.stop))
+    return text + ("" if item.step is None else f":{item.step}")
 
 
 def einsum_statement(a: str, b: str, out: str) -> str:
@@ -102,11 +108,11 @@ def einsum_statement(a: str, b: str, out: str) -> str:
     right = f"{{1}}[{', '.join(map(var, b))}]" if b else "{1}"
     term = f"{left} * {right}"
     acc = "_s_{name}"
-    body = [f"{acc} = 0.0", *_nest([(var(c), size(c)) for c in summed], [f"{acc} += {term}"])]
+    body = [f"{acc} = 0.0", *nest([(var(c), size(c)) for c in summed], [f"{acc} += {term}"])]
     if not out:
         return "\n".join([*body, f"{{name}} = {acc}"])
     shape = "(" + "".join(f"{size(c)}, " for c in out) + ")"
-    loops = _nest([(var(c), size(c)) for c in out], [*body, f"{{name}}[{at}] = {acc}"])
+    loops = nest([(var(c), size(c)) for c in out], [*body, f"{{name}}[{at}] = {acc}"])
     return "\n".join([f"{{name}} = np.empty({shape})", *loops])
 
 
@@ -146,7 +152,7 @@ def cumsum_statement(axis: int) -> str:
         f"    _s_{{name}} += _y_{{name}}{_AT}",
         f"    _z_{{name}}{_AT} = _s_{{name}}",
     ]
-    return "\n".join([*_along(axis), *_nest(_EACH, inner)])
+    return "\n".join([*_along(axis), *nest(_EACH, inner)])
 
 
 def others_statement(axis: int | None) -> str:
@@ -163,7 +169,7 @@ def others_statement(axis: int | None) -> str:
         f"    _z_{{name}}{_AT} *= _s_{{name}}",
         f"    _s_{{name}} *= _y_{{name}}{_AT}",
     ]
-    return "\n".join([*_along(axis), *_nest(_EACH, inner)])
+    return "\n".join([*_along(axis), *nest(_EACH, inner)])
 
 
 def gathered(index: tuple, names: Sequence[str]) -> tuple[list, dict[str, np.ndarray]] | None:
@@ -223,8 +229,7 @@ def scatter_statement(items: list, shape: Shape) -> str:
                 source.append("_j_{name}")
                 done = True
         else:
-            text = ":".join("" if v is None else str(v) for v in (item.start, item.stop))
-            target.append(text + ("" if item.step is None else f":{item.step}"))
+            target.append(slice_text(item))
             source.append(":")
     return "\n".join(
         [
