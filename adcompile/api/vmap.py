@@ -6,6 +6,12 @@ then runs its Numba function once per point inside a generated kernel: a
 ``prange`` loop over the points on the CPU cores, or one CUDA thread per
 point with ``device="cuda"``. No Python runs per point.
 
+Array code (NumPy calls on whole arrays) is batched instead
+(``diff.batching``): its tape is made once more for all the points together,
+each NumPy call on the points' rows at once (a point's ``x @ W`` is one
+``(n, j) @ (j, k)`` product), and run as NumPy code; where an op has no
+batching rule, that code runs point by point.
+
 Guards: the code is specialised to the branches the first point took. A
 point whose inputs take another branch is not answered by that code: its
 guard fails inside the kernel, and that point is then evaluated by the
@@ -52,6 +58,9 @@ class Vmapped:
             self.inner.array_level = False
         self.in_axes = in_axes
         self.device = device
+        # array code batched, by (specialisation, points, kinds): (program, tape), or
+        # None where it does not batch
+        self._batched: dict[tuple, Any] = {}
         functools.update_wrapper(self, fun, updated=())
 
     def _axes(self, args: Sequence[Any]) -> list[int | None]:
@@ -136,8 +145,12 @@ class Vmapped:
         n_out = spec.compiled.n_out
         if self.device == "cuda":
             outs, ok = _run_cuda(spec, kinds, call_args, n, n_out)
-        elif spec.compiled.facts.kind == "arrays":  # NumPy code on whole rows: row by row
-            outs, ok = _run_rows(spec, kinds, call_args, n, n_out)
+        elif spec.compiled.facts.kind == "arrays":  # NumPy code: batched, or row by row
+            batched = self._batched_program(spec, key, kinds, n, [*example, *hidden])
+            if batched is None:
+                outs, ok = _run_rows(spec, kinds, call_args, n, n_out)
+            else:
+                outs, ok = _run_batched(*batched, kinds, call_args, n)
         else:
             from ..backend.jit import vmap_kernel
 
@@ -154,6 +167,50 @@ class Vmapped:
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
         return assemble(layout.tree, parts)
+
+    def _batched_program(
+        self, spec: Any, key: Any, kinds: list[str], n: int, point: list[Any]
+    ) -> Any:
+        """(program, point tape) of ``spec``'s array code at ``n`` points, made once per
+        length (``diff.batching``); None where it does not batch. ``point``: the
+        arguments at one point."""
+        from ..backend.arrays import ArrayBasisCompiled, ArrayCompiled
+        from ..diff.batching import batch_tape
+        from ..ir.arrays import NotBatched
+
+        memo = (key, n, tuple(kinds))
+        if memo not in self._batched:
+            compiled = spec.compiled
+            tape = compiled.tape  # (of batch-generic code: at its first length)
+            shapes = [tape.shapes[slot] for slot in tape.inputs]
+            if isinstance(compiled, ArrayBasisCompiled) or shapes != [np.shape(a) for a in point]:
+                self._batched[memo] = None  # (a Jacobian's basis loop; another length)
+                return None
+            try:
+                code = batch_tape(tape, [k != "same" for k in kinds], n)
+            except NotBatched:
+                made = None
+            else:
+                doc = "the function at every point at once (vmap)"
+                made = ArrayCompiled(code, compiled.params, "vmapped", doc), tape
+            if len(self._batched) >= 16:
+                self._batched.pop(next(iter(self._batched)))
+            self._batched[memo] = made
+        return self._batched[memo]
+
+
+def _run_batched(
+    program: Any, tape: Any, kinds: list[str], args: list[Any], n: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``program`` (array code at ``n`` points) on the points' rows, each input in its
+    point's shape (a row of ``tape``'s)."""
+    from ..diff.batching import run_batched
+
+    shaped = [
+        a if k == "same" else a.reshape((n, *tape.shapes[slot]))
+        for a, k, slot in zip(args, kinds, tape.inputs)
+    ]
+    return run_batched(program, tape, shaped, n), np.ones(n, dtype=np.bool_)
 
 
 def _run_rows(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) -> tuple:

@@ -1,35 +1,31 @@
-"""The array ops: comparisons, ``where``, reductions, products, indexing, reshapes.
+"""The array ops: comparisons, ``where``, reductions and reshapes.
 
 Each factory here makes one :class:`~adcompile.ir.arrays.ArrayOp` per parameter
-set (an axis, an index, a shape), which states its shape rule, its NumPy
-evaluation, its code template and its vector-Jacobian rules. The rules are
-written with these same ops (and the scalar ops of ``ops``), so they evaluate
-arrays and record on tracing arrays alike: the adjoint of an array program is
-an array program. The few functions generated array code calls besides
-NumPy's (``added_at``, ``updated``, ``prod_of_others``) are each op's
-``constants``, as an index's arrays are.
+set (an axis, a shape), which states its shape rule, its NumPy evaluation, its
+code template, its vector-Jacobian and forward rules and its batching rule.
+The rules are written with these same ops (and the scalar ops of ``ops``), so
+they evaluate arrays and record on tracing arrays alike: the adjoint of an
+array program is an array program. The few functions generated array code
+calls besides NumPy's (``prod_of_others`` here) are each op's ``constants``,
+as an index's arrays are. Indexing, concatenation and ``cumsum`` are in
+``array_index``, products in ``array_products``.
+
+A batching rule (``batch(args, mapped)``) gives the op's result at many points
+at once: the operands ``mapped`` hold one point per row of a new first axis,
+the others are the same at every point. Element-wise ops broadcast
+(``batch_elementwise``); the others move their axes one on.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .array_values import added_at, basic, prod_of_others, updated
+from .array_values import prod_of_others
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
-from .loop_forms import (
-    broadcast_index,
-    cumsum_statement,
-    gathered,
-    getitem_form,
-    others_statement,
-    scatter_statement,
-    slice_text,
-    unit_reshape,
-)
+from .loop_forms import broadcast_index, others_statement, unit_reshape
 from .ops import OPS
 
 # ---------------------------------------------------------------- helpers on arrays
@@ -61,6 +57,47 @@ def expand_to(g: Any, shape: Shape, axes: tuple[int, ...] | None, keepdims: bool
 
 def _kept(shape: Shape, axes: tuple[int, ...] | None) -> Shape:
     return tuple(1 if axes is None or k in axes else n for k, n in enumerate(shape))
+
+
+# ---------------------------------------------------------------- batching helpers
+
+
+def points(args: Sequence[Any], mapped: Sequence[bool]) -> int:
+    """The number of points of a batching rule's operands (module doc)."""
+    return next(shape_of(a)[0] for a, m in zip(args, mapped) if m)
+
+
+def point_shape(a: Any, mapped: bool) -> Shape:
+    """The shape of operand ``a`` at one point."""
+    return shape_of(a)[1:] if mapped else shape_of(a)
+
+
+def lift(a: Any, rank: int) -> Any:
+    """Mapped ``a`` (points first) with ones after its first axis, so its point has
+    ``rank`` axes: it broadcasts against operands the same at every point."""
+    s = shape_of(a)
+    return a if len(s) == rank + 1 else reshape((s[0],) + (1,) * (rank + 1 - len(s)) + s[1:])(a)
+
+
+def spread(a: Any, n: int) -> Any:
+    """``a``, the same at every point, as a mapped operand of ``n`` points."""
+    return broadcast_to((n, *shape_of(a)))(a)
+
+
+def batch_elementwise(op: Callable[..., Any]) -> Callable[..., Any]:
+    """The batching rule of an element-wise op: mapped operands lifted to the points'
+    broadcast rank, then the op itself (NumPy's broadcasting does the rest)."""
+
+    def rule(args: Sequence[Any], mapped: Sequence[bool]) -> Any:
+        rank = len(broadcast(*(point_shape(a, m) for a, m in zip(args, mapped))))
+        return op(*(lift(a, rank) if m else a for a, m in zip(args, mapped)))
+
+    return rule
+
+
+def moved_axes(axes: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
+    """A point's ``axes`` (None: all of its ``rank``) in its mapped operand."""
+    return tuple(range(1, rank + 1)) if axes is None else tuple(a + 1 for a in axes)
 
 
 # ---------------------------------------------------------------- comparisons, where
@@ -106,7 +143,7 @@ def linear(op: Callable[[], ArrayOp]) -> Callable[..., Any]:
     return rule
 
 
-def _zero(t: Any, x: Any) -> Any:
+def zero_of(t: Any, x: Any) -> Any:
     """Tangent ``t``, or zeros of ``x``'s shape where there is none."""
     return t if t is not None else np.zeros(shape_of(x))
 
@@ -133,6 +170,7 @@ def boolean(name: str) -> ArrayOp:
             broadcast,
             boolean=True,
             loop=LoopForm(element=element),
+            batch=lambda args, mapped: batch_elementwise(boolean(name))(args, mapped),
         )
 
     if name not in COMPARE:
@@ -163,6 +201,7 @@ def where() -> ArrayOp:
             jvp=lambda ts, out, c, a, b: where()(
                 c, 0.0 if ts[1] is None else ts[1], 0.0 if ts[2] is None else ts[2]
             ),
+            batch=lambda args, mapped: batch_elementwise(where())(args, mapped),
         ),
     )
 
@@ -251,9 +290,17 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
             _reduced(axes, keepdims),
             loop=LoopForm(reduce=(kind, axes, keepdims)),
             jvp=_reduce_jvp(kind, axes, keepdims),
+            batch=lambda args, mapped: _batch_reduce(reduce, args[0], axes, keepdims, kind),
         )
 
     return CACHE.get(("reduce", kind, axes, keepdims), make)
+
+
+def _batch_reduce(make: Callable, x: Any, axes: Any, keepdims: bool, *kind: str) -> Any:
+    """A reduction (``make(*kind, axes, keepdims)``) of mapped ``x``, over its points'
+    ``axes`` (none: ``x`` itself)."""
+    moved = moved_axes(axes, len(shape_of(x)) - 1)
+    return make(*kind, moved, keepdims)(x) if moved else x
 
 
 def _no_second(name: str) -> Callable:
@@ -280,6 +327,9 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
                 statement=others_statement(None if axes is None else axes[0]),
                 fits=lambda s: axes is None or len(axes) == 1,
             ),
+            batch=lambda args, mapped: _batch_reduce(
+                lambda moved, _: others(moved), args[0], axes, False
+            ),
         ),
     )
 
@@ -301,6 +351,7 @@ def reshape(shape: Shape) -> ArrayOp:
             keeps_shape=True,
             loop=LoopForm(view=unit_reshape, array=f"{{0}}.reshape({shape!r})"),
             jvp=linear(lambda: reshape(shape)),
+            batch=lambda args, mapped: reshape((shape_of(args[0])[0], *shape))(args[0]),
         ),
     )
 
@@ -322,6 +373,7 @@ def transpose(axes: tuple[int, ...]) -> ArrayOp:
                 array="{0}.T" if axes == (1, 0) else None,
             ),
             jvp=linear(lambda: transpose(axes)),
+            batch=lambda args, mapped: transpose((0, *(a + 1 for a in axes)))(args[0]),
         ),
     )
 
@@ -336,228 +388,22 @@ def broadcast_to(shape: Shape) -> ArrayOp:
             lambda x: np.broadcast_to(x, shape),
             f"np.broadcast_to({{0}}, {shape!r})",
             (lambda g, out, x: unbroadcast(g, shape_of(x)),),
-            lambda s: _fits(s, shape) and shape,
+            lambda s: fits_into(s, shape) and shape,
             keeps_shape=True,
             loop=LoopForm(view=broadcast_index),
             jvp=linear(lambda: broadcast_to(shape)),
-        ),
-    )
-
-
-def concatenate(axis: int, n: int) -> ArrayOp:
-    """``np.concatenate`` of ``n`` arrays along ``axis`` (non-negative)."""
-
-    def part(k: int) -> Callable:
-        def rule(g: Any, out: Any, *xs: Any) -> Any:
-            start = sum(shape_of(x)[axis] for x in xs[:k])
-            stop = start + shape_of(xs[k])[axis]
-            return getitem((slice(None),) * axis + (slice(start, stop),))(g)
-
-        return rule
-
-    def shape(*shapes: Shape) -> Shape:
-        first = shapes[0]
-        for s in shapes:
-            if len(s) != len(first) or any(
-                a != b for j, (a, b) in enumerate(zip(s, first)) if j != axis
-            ):
-                raise ValueError(
-                    "all the input array dimensions except for the concatenation axis "
-                    f"must match exactly, but shapes are {', '.join(map(str, shapes))}"
-                )
-        return first[:axis] + (sum(s[axis] for s in shapes),) + first[axis + 1 :]
-
-    operands = ", ".join(f"{{{k}}}" for k in range(n))
-    return CACHE.get(
-        ("concatenate", axis, n),
-        lambda: ArrayOp(
-            f"concatenate[{axis},{n}]",
-            n,
-            lambda *xs: np.concatenate(xs, axis=axis),
-            f"np.concatenate(({operands},), axis={axis})",
-            tuple(part(k) for k in range(n)),
-            shape,
-            loop=LoopForm(
-                statement=f"{{name}} = np.concatenate(({operands},), axis={axis})",
-                fits=lambda *shapes: all(shapes),
+            batch=lambda args, mapped: broadcast_to((shape_of(args[0])[0], *shape))(
+                lift(args[0], len(shape))
             ),
-            jvp=lambda ts, out, *xs: concatenate(axis, n)(*map(_zero, ts, xs)),
         ),
     )
 
 
-def cumsum(axis: int) -> ArrayOp:
-    def rule(g: Any, out: Any, x: Any) -> Any:
-        flip = getitem((slice(None),) * axis + (slice(None, None, -1),))
-        return flip(cumsum(axis)(flip(g)))
-
-    return CACHE.get(
-        ("cumsum", axis),
-        lambda: ArrayOp(
-            f"cumsum[{axis}]",
-            1,
-            lambda x: np.cumsum(x, axis=axis),
-            f"np.cumsum({{0}}, axis={axis})",
-            (rule,),
-            lambda s: s,
-            loop=LoopForm(statement=cumsum_statement(axis)),
-            jvp=linear(lambda: cumsum(axis)),
-        ),
-    )
-
-
-# ---------------------------------------------------------------- indexing
-
-
-def _index_key(index: tuple) -> tuple:
-    """A hashable, exact form of a normalised index (arrays by their bytes)."""
-    key = []
-    for item in index:
-        if isinstance(item, np.ndarray):
-            key.append(("a", item.dtype.str, item.shape, hashlib.sha1(item.tobytes()).hexdigest()))
-        elif isinstance(item, slice):
-            key.append(("s", item.start, item.stop, item.step))
-        else:
-            key.append(item)
-    return tuple(key)
-
-
-def index_text(index: tuple, names: dict[int, str]) -> str:
-    """An index as Python writes it (``1:, None, k3``); arrays by their names."""
-    parts = []
-    for k, item in enumerate(index):
-        if isinstance(item, slice):
-            parts.append(slice_text(item))
-        elif item is None:
-            parts.append("None")
-        elif item is Ellipsis:
-            parts.append("...")
-        elif isinstance(item, np.ndarray):
-            parts.append(names[k])
-        else:
-            parts.append(str(item))
-    return ", ".join(parts) if len(parts) != 1 else parts[0] + ","
-
-
-def _index_op(kind: str, index: tuple, extra: Any, make: Callable[..., ArrayOp]) -> ArrayOp:
-    key = _index_key(index)
-    names = {
-        k: f"i{hashlib.sha1(repr(key[k]).encode()).hexdigest()[:6]}"
-        for k, item in enumerate(index)
-        if isinstance(item, np.ndarray)
-    }
-    text = index_text(index, names)
-    constants = {names[k]: index[k] for k in names}
-    return CACHE.get((kind, key, extra), lambda: make(text, constants))
-
-
-def getitem(index: tuple) -> ArrayOp:
-    """``x[index]``: ``index`` a tuple of ints, slices, None, Ellipsis and constant
-    integer or boolean arrays."""
-
-    def make(text: str, constants: dict) -> ArrayOp:
-        return ArrayOp(
-            f"getitem[{text}]",
-            1,
-            lambda x: np.asarray(x)[index],
-            f"{{0}}[{text}]",
-            (lambda g, out, x: scatter_add(index, shape_of(x))(g),),
-            lambda s: _indexed_shape(s, index),
-            constants=constants,
-            loop=getitem_form(index, text, list(constants)),
-            index=index,
-            remake=getitem,
-            jvp=linear(lambda: getitem(index)),
-        )
-
-    return _index_op("getitem", index, None, make)
-
-
-def _settable(index: tuple) -> bool:
-    """Whether Numba writes ``z[index] = v`` as NumPy does: ints and slices only (an
-    int may be the text of one in loop code)."""
-    return all(isinstance(i, (int, np.integer, slice, str)) for i in index)
-
-
-def _indexed_shape(shape: Shape, index: tuple) -> Shape:
-    """The shape of ``x[index]`` for ``x`` of ``shape`` (NumPy's rule, on a view of no
-    memory; IndexError as NumPy's)."""
-    at = tuple(0 if isinstance(i, str) else i for i in index)  # (a scan's step: in range)
-    return np.broadcast_to(np.bool_(False), shape)[at].shape
-
-
-def _fits(small: Shape, shape: Shape) -> bool:
+def fits_into(small: Shape, shape: Shape) -> bool:
     """Whether ``small`` broadcasts to ``shape`` (ValueError naming both if not)."""
     if broadcast(small, shape) != tuple(shape):
         raise ValueError(f"could not broadcast input array from shape {small} into shape {shape}")
     return True
-
-
-def scatter_add(index: tuple, shape: Shape) -> ArrayOp:
-    """An array of ``shape``, zero but where ``x[index]`` is: there it adds ``g``
-    (``getitem``'s adjoint; repeated indices add up)."""
-    shape = tuple(shape)
-
-    def make(text: str, constants: dict) -> ArrayOp:
-        return ArrayOp(
-            f"scatter_add[{shape}][{text}]",
-            1,
-            lambda g: added_at(g, shape, index),
-            f"added_at({{0}}, {shape!r}, np.s_[{text}])",
-            (lambda g, out, x: getitem(index)(g),),
-            lambda s: shape,
-            constants={**constants, "added_at": added_at},
-            loop=_scatter_form(index, text, list(constants), shape),
-            jvp=linear(lambda: scatter_add(index, shape)),
-            index=index,
-            remake=lambda at: scatter_add(at, shape),
-        )
-
-    return _index_op("scatter_add", index, shape, make)
-
-
-def _scatter_form(index: tuple, text: str, names: list[str], shape: Shape) -> LoopForm | None:
-    """``scatter_add``'s loop form: zeros, then ``g`` written where a basic index
-    reads; for an index of arrays (``gathered``), each row added in a loop."""
-    if basic(index):
-        return LoopForm(
-            statement=f"{{name}} = np.zeros({shape!r})\n{{name}}[{text}] = {{0}}",
-            fits=lambda s: _settable(index),
-        )
-    found = gathered(index, names)
-    if found is None:
-        return None
-    items, consts = found
-    return LoopForm(statement=scatter_statement(items, shape), consts=consts)
-
-
-def setitem(index: tuple) -> ArrayOp:
-    """``x`` with ``x[index] = v`` (a functional update: a new array)."""
-
-    def make(text: str, constants: dict) -> ArrayOp:
-        return ArrayOp(
-            f"setitem[{text}]",
-            2,
-            lambda x, v: updated(x, index, v),
-            f"updated({{0}}, np.s_[{text}], {{1}})",
-            (
-                lambda g, out, x, v: setitem(index)(g, 0.0),
-                lambda g, out, x, v: unbroadcast(getitem(index)(g), shape_of(v)),
-            ),
-            lambda sx, sv: _fits(sv, _indexed_shape(sx, index)) and sx,
-            constants={**constants, "updated": updated},
-            loop=LoopForm(
-                statement=f"{{name}} = {{0}}.copy()\n{{name}}[{text}] = {{1}}",
-                fits=lambda sx, sv: _settable(index) and sv in ((), _indexed_shape(sx, index)),
-            ),
-            index=index,
-            remake=setitem,
-            jvp=lambda ts, out, x, v: setitem(index)(
-                _zero(ts[0], x), 0.0 if ts[1] is None else ts[1]
-            ),
-        )
-
-    return _index_op("setitem", index, None, make)
 
 
 # ---------------------------------------------------------------- the generic ops

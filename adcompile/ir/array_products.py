@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .array_ops import reshape, transpose, unbroadcast
+from .array_ops import lift, point_shape, points, reshape, transpose, unbroadcast
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
 from .loop_forms import einsum_statement
 
@@ -109,8 +109,36 @@ def matmul() -> ArrayOp:
                 product=True,
             ),
             jvp=bilinear(matmul),
+            batch=_batch_matmul,
         ),
     )
+
+
+def _batch_matmul(args: Any, mapped: Any) -> Any:
+    """``a @ b`` at every point. Rows of vectors against one matrix are one product
+    (``(n, j) @ (j, k)``, the points' vectors as a matrix's rows); otherwise a vector
+    is a matrix of one row (or column), mapped operands are lifted to a common rank,
+    and the stacked product broadcasts over the points."""
+    (a, b), (ma, mb) = args, mapped
+    sa, sb = point_shape(a, ma), point_shape(b, mb)
+    if ma and not mb and len(sa) == 1 and len(sb) <= 2:
+        return matmul()(a, b)
+    if mb and not ma and len(sb) == 1 and len(sa) <= 2:
+        return matmul()(b, a if len(sa) == 1 else transpose((1, 0))(a))
+    n = points(args, mapped)
+    a2 = reshape(((n,) if ma else ()) + (1,) + sa)(a) if len(sa) == 1 else a
+    b2 = reshape(((n,) if mb else ()) + sb + (1,))(b) if len(sb) == 1 else b
+    rank = max(len(sa), len(sb), 2)
+    got = matmul()(lift(a2, rank) if ma else a2, lift(b2, rank) if mb else b2)
+    return reshape((n, *_matmul_shape(sa, sb)))(got)
+
+
+def _batch_einsum(a: str, b: str, out: str, args: Any, mapped: Any) -> Any:
+    """``einsum`` at every point: the points' axis is one more letter, of the mapped
+    operands and of the result."""
+    p = next(c for c in "zyxwvutsrqponmlkjihgfedcba" if c not in a + b + out)
+    ma, mb = mapped
+    return einsum(f"{p * ma}{a},{p * mb}{b}->{p}{out}")(*args)
 
 
 def einsum_ok(spec: str) -> bool:
@@ -162,5 +190,6 @@ def einsum(spec: str) -> ArrayOp:
             shape,
             loop=LoopForm(statement=einsum_statement(a, b, out)),
             jvp=bilinear(lambda: einsum(spec)),
+            batch=lambda args, mapped: _batch_einsum(a, b, out, args, mapped),
         ),
     )

@@ -96,12 +96,17 @@ class ArrayOp(Op):
         index: tuple | None = None,
         remake: Callable[[tuple], ArrayOp] | None = None,
         jvp: Callable[..., Any] | None = None,
+        batch: Callable[[Sequence[Any], Sequence[bool]], Any] | None = None,
     ) -> None:
         super().__init__(name, arity, eval, code, vjp, smooth=False, method=False)
         self.loop = loop
         # the forward rule: ``jvp(tangents, out, *args)``, the tangent of the result from
         # the operands' (None where an operand has none: zero); None: it has none
         self.jvp = jvp
+        # its batching rule: ``batch(args, mapped)``, the result at every point at once,
+        # where the operands ``mapped`` hold their points along a new first axis (and
+        # the rest are the same for every point); None: it has none (``diff.batching``)
+        self.batch = batch
         # an indexing op's index, and the op of its kind at another index (whose ints
         # may be the texts of loop code, ``"(3 + r0)"``: a scan's repetition)
         self.index, self.remake = index, remake
@@ -116,6 +121,11 @@ class ArrayOp(Op):
         if all(isinstance(a, (np.ndarray, np.generic, float, int)) for a in args):
             return self.eval(*args)
         return apply(self, *args)  # (a tracing operand records it)
+
+
+class NotBatched(NotImplementedError):
+    """An op has no batching rule for its operands (``ArrayOp.batch``): the program
+    runs point by point instead."""
 
 
 class OpCache:

@@ -4,7 +4,8 @@ Loop code reads an element of an operand at an index written as texts
 (``i0``, ``(3 + 2 * i1)``): these give the operand's index for a broadcast, a
 reshape that adds or drops axes of length 1, and a basic index (ints,
 slices, None, ``...``; an int may itself be the text of one, in a scan's
-step). Used by ``array_ops`` (the ops' forms) and ``emit.array_loops``.
+step). Used by ``array_ops``, ``array_index`` and ``array_products`` (the ops'
+forms) and ``emit.array_loops``.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import array_index as X
 from ..ir import array_ops as A
 from ..ir.array_products import matmul
 from ..ir.arrays import ArrayOp, ArrayTape, Shape, broadcast, evaluate_node
@@ -322,7 +323,7 @@ class ArrayValue:
         if isinstance(index, ArrayValue) and index.dtype == np.bool_:
             raise NotArrayLevel("selecting with a traced boolean mask (its length is data)")
         idx = _index(self, index)
-        op = A.getitem(idx)
+        op = X.getitem(idx)
         if _one_element(self.shape, idx):  # a scalar node (NumPy gives a copy)
             self.trace.element_reads += 1
             if self.trace.element_reads > MAX_ELEMENT_READS:
@@ -350,7 +351,7 @@ class ArrayValue:
                 raise NotArrayLevel("writing through a traced index")
             new = A.where()(index, value, self)
         else:
-            new = self.trace.record(A.setitem(_index(self, index)), [self, value])
+            new = self.trace.record(X.setitem(_index(self, index)), [self, value])
         if new.shape != self.shape:
             raise NotArrayLevel("a masked write that changes the shape")
         self.slot = new.slot

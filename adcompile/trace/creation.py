@@ -9,7 +9,7 @@ While :func:`new_arrays_in` is active, the names of the traced function's
 module that hold NumPy (``np``, ``numpy``) hold a facade of it instead, whose
 ``zeros``, ``ones``, ``empty`` and ``full`` answer a constant of the trace for
 a float64 array made in the tracing thread (an ``ArrayValue`` of its own, so
-each write is a functional update, ``ir.array_ops.setitem``); names holding
+each write is a functional update, ``ir.array_index.setitem``); names holding
 those functions themselves (``from numpy import zeros``) hold the facade's.
 ``np.empty``'s array holds zeros (any content is NumPy's answer for it). The
 user's code alone sees the facade: NumPy, SciPy and every other module keep

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..ir import array_index as X
 from ..ir import array_ops as A
 from ..ir.array_products import einsum, einsum_ok, matmul
 from ..ir.ops import OPS, ufunc_op
@@ -182,7 +183,7 @@ def cumsum(a, axis=None, dtype=None, out=None):  # noqa: ANN001, ANN201
     if axis is None:
         x, axis = reshape(x, (x.size,)), 0
     (ax,) = A.normal_axes(axis, x.ndim)
-    return x.trace.record(A.cumsum(ax), [x])
+    return x.trace.record(X.cumsum(ax), [x])
 
 
 @_handles(np.diff)
@@ -384,7 +385,7 @@ def concatenate(arrays, axis=0, out=None, dtype=None, casting="same_kind"):  # n
     if axis is None:
         xs, axis = [reshape(x, (x.size,)) for x in xs], 0
     (ax,) = A.normal_axes(axis, xs[0].ndim)
-    return t.record(A.concatenate(ax, len(xs)), xs)
+    return t.record(X.concatenate(ax, len(xs)), xs)
 
 
 def _split(ary: Any, sections: Any, axis: int, equal: bool) -> list:

@@ -1,0 +1,161 @@
+"""``vmap`` of array code, batched (``diff.batching``): every point in one program.
+
+Each NumPy function of ``test_arrays`` (and random NumPy programs) mapped over
+points is held, value and gradient, against the same function run at each
+point: plain NumPy for values, the function traced element by element (the
+Values' engine) for gradients, and central differences at one point. The
+tests also check that the batched program ran, not the point-by-point loop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import central_diff
+from hypothesis import given
+from hypothesis import strategies as st
+from test_arrays import CASES
+from test_arrays_fuzz import ENDS, HALF, STEPS, _program
+
+import adcompile as ad
+from adcompile.api import captured
+from adcompile.diff.batching import batch_tape
+from adcompile.ir.arrays import NotBatched
+
+RNG = np.random.default_rng(31)
+
+
+@pytest.fixture(autouse=True)
+def _small_arrays_at_array_level(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+
+
+def _batched(vm: ad.vmap) -> bool:
+    """Whether the last call of ``vm`` ran one batched program."""
+    return list(vm._batched.values())[-1] is not None
+
+
+def _by_elements(f):  # noqa: ANN001, ANN202
+    g = ad.value_and_grad(f)
+    g.array_level = False
+    return g
+
+
+def _held(f, pts: np.ndarray, v: np.ndarray, g: np.ndarray) -> None:  # noqa: ANN001
+    """``v`` and ``g`` at each point against plain NumPy and the element-wise engine,
+    and the gradient at the first point against central differences."""
+    with np.errstate(all="ignore"):
+        want = np.array([float(f(p)) for p in pts])
+    np.testing.assert_allclose(v, want, rtol=1e-11, atol=1e-12)
+    other = _by_elements(f)
+    np.testing.assert_allclose(g, np.stack([other(p)[1] for p in pts]), rtol=1e-9, atol=1e-11)
+    d = RNG.normal(size=pts[0].shape)
+    fd = central_diff(f, pts[0], d, h=1e-6)
+    assert float(np.sum(g[0] * d)) == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_numpy_function_mapped_over_points_is_one_program(name: str) -> None:
+    f, x = CASES[name]
+    pts = x + 0.1 * RNG.normal(size=(5, *np.shape(x)))
+    vm = ad.vmap(ad.value_and_grad(f))
+    v, g = vm(pts)
+    assert _batched(vm)
+    _held(f, pts, v, g)
+    fresh = x + 0.1 * RNG.normal(size=(3, *np.shape(x)))  # another number of points
+    v, g = vm(fresh)
+    assert _batched(vm)
+    _held(f, fresh, v, g)
+
+
+def test_shared_arguments_other_axes_and_tuple_outputs() -> None:
+    W1, W2 = RNG.normal(size=(30, 16)), RNG.normal(size=16)  # noqa: N806
+
+    def loss(x, W1, W2):  # noqa: ANN001, ANN202, N803
+        return np.sum((np.tanh(x @ W1) @ W2 - 1.0) ** 2)
+
+    X = RNG.normal(size=(30, 40))  # noqa: N806  (the points along axis 1)
+    vm = ad.vmap(ad.grad(loss, argnums=(0, 1)), in_axes=(1, None, None))
+    gx, gw = vm(X, W1, W2)
+    assert _batched(vm)
+    assert gx.shape == (40, 30) and gw.shape == (40, 30, 16)
+    h = np.tanh(X.T @ W1)  # by hand: d/dW1 = x (2 r w2 (1 - h^2))^T
+    r = h @ W2 - 1.0
+    dz = 2 * r[:, None] * W2 * (1 - h**2)
+    np.testing.assert_allclose(gw, X.T[:, :, None] * dz[:, None, :], rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gx, dz @ W1.T, rtol=1e-12, atol=1e-13)
+    # jit of a function returning an array and a number, at each point
+    both = ad.vmap(ad.jit(lambda x, W1: (np.tanh(x @ W1), np.sum(x**2))), in_axes=(0, None))
+    a, b = both(X.T, W1)
+    assert _batched(both)
+    np.testing.assert_allclose(a, np.tanh(X.T @ W1), rtol=1e-13)
+    np.testing.assert_allclose(b, np.sum(X.T**2, axis=1), rtol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda a, b: np.sum(np.tanh(a @ b)),  # (i, j) @ (j, k), either mapped
+        lambda a, b: np.sum(np.exp(np.einsum("ij,jk->ik", a, b) * 0.1)),
+        lambda a, b: np.sum(a[0] @ b) + np.sum(a @ b[:, 0]) + a[1] @ b[:, 1],
+    ],
+)
+@pytest.mark.parametrize("in_axes", [(0, None), (None, 0), (0, 0)])
+def test_products_with_either_operand_mapped(f, in_axes) -> None:  # noqa: ANN001
+    a, b = RNG.normal(size=(4, 3, 5)), RNG.normal(size=(4, 5, 2))
+    args = [a if in_axes[0] == 0 else a[0], b if in_axes[1] == 0 else b[0]]
+    vm = ad.vmap(ad.value_and_grad(f, argnums=(0, 1)), in_axes=in_axes)
+    v, (ga, gb) = vm(*args)
+    assert _batched(vm)
+    plain = ad.value_and_grad(f, argnums=(0, 1))
+    plain.array_level = False
+    for p in range(4):
+        pa = a[p] if in_axes[0] == 0 else a[0]
+        pb = b[p] if in_axes[1] == 0 else b[0]
+        pv, (pga, pgb) = plain(pa, pb)
+        assert v[p] == pytest.approx(f(pa, pb), rel=1e-12)
+        np.testing.assert_allclose(ga[p], pga, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(gb[p], pgb, rtol=1e-10, atol=1e-12)
+
+
+def test_an_index_whose_arrays_stand_apart_runs_point_by_point() -> None:
+    """NumPy moves the axes of an index's arrays first where they stand apart
+    (``x[[0, 2], :, [1, 1]]``): that has no batching rule, and is run point by point,
+    with the same answers."""
+
+    def f(x):  # noqa: ANN001, ANN202
+        return np.sum(x[[0, 2], :, [1, 1]] ** 2) + np.sum(x)
+
+    pts = RNG.normal(size=(4, 3, 2, 3))
+    vm = ad.vmap(ad.value_and_grad(f))
+    spec_tape = None
+    v, g = vm(pts)
+    assert not _batched(vm)
+    _held(f, pts, v, g)
+    vg = ad.value_and_grad(f)
+    vg(pts[0])
+    spec_tape = vg.spec_for([pts[0]])[0].compiled.tape
+    with pytest.raises(NotBatched, match="stand apart"):
+        batch_tape(spec_tape, [True], 4)
+
+
+@HALF
+@given(
+    steps=st.lists(STEPS, min_size=1, max_size=5),
+    end=ENDS,
+    n=st.sampled_from([1, 2, 7]),
+    seed=st.integers(0, 2**16),
+)
+def test_random_numpy_programs_mapped_over_points(steps, end, n, seed, monkeypatch) -> None:
+    """Random NumPy programs (``test_arrays_fuzz``) mapped over ``n`` fresh points
+    (not the point traced first): one batched program, each point's value and
+    gradient those of NumPy and of the element-wise engine."""
+    monkeypatch.setattr(captured, "ARRAY_LEVEL_MIN", 0)
+    f = _program(steps, end)
+    rng = np.random.default_rng(seed)
+    vm = ad.vmap(ad.value_and_grad(f))
+    vm(rng.normal(size=(2, 3, 4)))
+    pts = rng.normal(size=(n, 3, 4))
+    v, g = vm(pts)
+    assert _batched(vm)
+    _held(f, pts, v, g)
