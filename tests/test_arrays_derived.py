@@ -170,7 +170,7 @@ def test_check_grad_and_sympy_expand_array_nodes_into_elements(monkeypatch) -> N
 
 
 def test_vmap_of_array_code_runs_it_on_each_point() -> None:
-    # (array code has no Numba function for vmap's parallel loop: it runs row by row)
+    # (array code runs batched: every point in one program, test_batching)
     X, V, w = RNG.normal(size=(7, 20)), RNG.normal(size=(7, 20)), RNG.normal(size=20)
 
     def f(x, w):  # noqa: ANN001, ANN202

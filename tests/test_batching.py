@@ -19,6 +19,7 @@ from test_arrays_fuzz import ENDS, HALF, STEPS, _program
 
 import adcompile as ad
 from adcompile.api import captured
+from adcompile.backend import arrays
 from adcompile.diff.batching import batch_tape
 from adcompile.ir.arrays import NotBatched
 
@@ -137,6 +138,42 @@ def test_an_index_whose_arrays_stand_apart_runs_point_by_point() -> None:
     spec_tape = vg.spec_for([pts[0]])[0].compiled.tape
     with pytest.raises(NotBatched, match="stand apart"):
         batch_tape(spec_tape, [True], 4)
+
+
+def _hessian_loss(x, y):  # noqa: ANN001, ANN202
+    return np.sum(np.tanh(np.outer(x, y)) ** 2) + np.max(np.cos(x[:3])) * np.sum(np.cumsum(y))
+
+
+def _matrix_valued(x):  # noqa: ANN001, ANN202
+    return np.tanh(np.outer(x, x[::-1])) + np.cumsum(x)[:, None] ** 2
+
+
+@pytest.mark.parametrize("block", [2**16, 5])
+def test_jacobian_and_hessian_run_blocks_of_unit_vectors(block: int, monkeypatch) -> None:  # noqa: ANN001
+    """A Jacobian (or Hessian) of array code runs its unit vectors in blocks of one
+    batched program each (here one block, or blocks of 5 and a remainder): against
+    the same made one unit vector at a time, and central differences."""
+    monkeypatch.setattr(arrays, "BASIS_BLOCK", block * 13)  # (13: the widest array)
+    x, y = RNG.normal(size=13), RNG.normal(size=6)
+    hess, jac = ad.hessian(_hessian_loss, argnums=(0, 1)), ad.jacobian(_matrix_valued)
+    got_h, got_j = hess(x, y), jac(x)
+    for t, args in ((hess, [x, y]), (jac, [x])):
+        compiled = t.spec_for(args)[0].compiled
+        assert isinstance(compiled, arrays.ArrayBasisCompiled)
+        assert compiled._blocks and None not in compiled._blocks.values()
+    monkeypatch.setattr(arrays.ArrayBasisCompiled, "_batched", lambda self, c: None)
+    want_h = ad.hessian(_hessian_loss, argnums=(0, 1))(x, y)
+    want_j = ad.jacobian(_matrix_valued)(x)
+    np.testing.assert_allclose(got_j, want_j, rtol=1e-12, atol=1e-14)
+    for a in range(2):
+        for b in range(2):
+            np.testing.assert_allclose(got_h[a][b], want_h[a][b], rtol=1e-11, atol=1e-13)
+    d = RNG.normal(size=13)
+    fd = (_matrix_valued(x + 1e-6 * d) - _matrix_valued(x - 1e-6 * d)) / 2e-6
+    np.testing.assert_allclose(got_j @ d, fd, rtol=1e-6, atol=1e-8)
+    g = ad.grad(_hessian_loss, argnums=0)
+    fd = (g(x + 1e-6 * d, y) - g(x - 1e-6 * d, y)) / 2e-6
+    np.testing.assert_allclose(got_h[0][0] @ d, fd, rtol=1e-5, atol=1e-7)
 
 
 @HALF

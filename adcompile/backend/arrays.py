@@ -44,6 +44,9 @@ BACKGROUND = True
 #: "loops": keep the loop nests once they agree, however they time (the tests);
 #: "numpy": never make them; None: keep the faster.
 PREFER: str | None = None
+#: A Jacobian's unit vectors run this many numbers an array at a time
+#: (``ArrayBasisCompiled``).
+BASIS_BLOCK = 2**16
 #: Array tapes of more nodes than this, their repeated runs folded into loops, get
 #: no loop nests (Numba takes about 40 ms a node to compile them).
 LOOP_MAX_NODES = 400
@@ -231,7 +234,10 @@ class ArrayBasisCompiled(NumPyCode, CompiledProgram):
     """A Jacobian or Hessian of array code, made one basis vector at a time: ``one``
     (array code whose last arguments are the basis vector ``e``, split into inputs
     of ``shapes``) runs with each unit vector, and entry ``i`` of its result for
-    ``e_j`` goes to ``out[dest[j, i]]``. The loop is Python's, around NumPy code."""
+    ``e_j`` goes to ``out[dest[j, i]]``. ``one`` is batched over ``e``
+    (``diff.batching``): a block of unit vectors at a time, each block one run of
+    NumPy code of at most ``BASIS_BLOCK`` numbers an array; where it does not batch,
+    the loop over the unit vectors is Python's."""
 
     def __init__(
         self,
@@ -254,8 +260,47 @@ class ArrayBasisCompiled(NumPyCode, CompiledProgram):
         )
         self.facts = one.facts
         self.timings = dict(one.timings)
+        self._blocks: dict[int, ArrayCompiled | None] = {}
+        tape = one.tape
+        widest = max((math.prod(tape.shapes[i]) for i in range(len(tape.nodes))), default=1)
+        self.block = max(1, min(m, BASIS_BLOCK // max(widest, 1)))
+
+    def _batched(self, c: int) -> ArrayCompiled | None:
+        """``one`` at ``c`` unit vectors at once (None: it does not batch)."""
+        if c not in self._blocks:
+            from ..diff.batching import batch_tape
+            from ..ir.arrays import NotBatched
+
+            tape, k = self.one.tape, len(self.params)
+            mapped = [p >= k for p in range(len(tape.inputs))]
+            try:
+                code = batch_tape(tape, mapped, c)
+            except NotBatched:
+                self._blocks[c] = None
+            else:
+                self._blocks[c] = ArrayCompiled(code, self.one.params, "basis_block", "")
+        return self._blocks[c]
 
     def call(self, *args: Any) -> tuple[bool, np.ndarray]:
+        from ..diff.batching import run_batched
+
+        out = np.empty(self.n_out)
+        tape = self.one.tape
+        for start in range(0, self.m, self.block):
+            c = min(self.block, self.m - start)
+            program = self._batched(c)
+            if program is None:
+                return self._one_by_one(args)
+            e = np.zeros((c, self.m))
+            e[np.arange(c), start + np.arange(c)] = 1.0
+            parts = [e[:, a] if scalar else e[:, a:b] for a, b, scalar in self._pieces]
+            slots = tape.inputs[len(args) :]
+            shaped = [p.reshape(c, *tape.shapes[s]) for p, s in zip(parts, slots)]
+            out[self.dest[start : start + c]] = run_batched(program, tape, [*args, *shaped], c)
+        return True, out
+
+    def _one_by_one(self, args: tuple) -> tuple[bool, np.ndarray]:
+        """``call``, a unit vector at a time."""
         out = np.empty(self.n_out)
         res = np.empty(self.dest.shape[1])
         e = np.zeros(self.m)
