@@ -368,7 +368,18 @@ def _filled_columns(x):  # noqa: ANN001, ANN202
     return np.sum(acc**2) + np.sum(np.ones(len(x)) * x)
 
 
-@pytest.mark.parametrize("f", [_filled_vector, _filled_columns])
+def _repeated_writes(x):  # noqa: ANN001, ANN202
+    # an index that repeats an element: NumPy keeps the last write (the others take
+    # no gradient), for =, for += (z[i] = z[i] + v) and on a copy of an argument
+    z = np.zeros(4)
+    z[[0, 0, 2]] = x[:3] ** 2
+    z[[1, 3, 1]] += x[3:6]
+    y = x * 1.0
+    y[np.array([2, 0, 2])] = np.tanh(x[:3])
+    return np.sum(np.tanh(z) ** 2) + np.sum(y**2)
+
+
+@pytest.mark.parametrize("f", [_filled_vector, _filled_columns, _repeated_writes])
 @pytest.mark.parametrize("n", [300, 12])
 def test_new_arrays_filled_with_traced_values(f, n: int) -> None:  # noqa: ANN001
     # np.zeros / np.empty / np.full / np.ones, then item and slice writes: at array level

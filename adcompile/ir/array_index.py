@@ -13,12 +13,23 @@ none, and the program runs point by point.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .array_ops import fits_into, lift, linear, point_shape, points, spread, unbroadcast, zero_of
+from .array_ops import (
+    fits_into,
+    lift,
+    linear,
+    point_shape,
+    points,
+    spread,
+    unbroadcast,
+    where,
+    zero_of,
+)
 from .array_values import added_at, basic, updated
 from .arrays import CACHE, ArrayOp, LoopForm, NotBatched, Shape, shape_of
 from .loop_forms import cumsum_statement, gathered, getitem_form, scatter_statement, slice_text
@@ -235,7 +246,9 @@ def setitem(index: tuple) -> ArrayOp:
             f"updated({{0}}, np.s_[{text}], {{1}})",
             (
                 lambda g, out, x, v: setitem(index)(g, 0.0),
-                lambda g, out, x, v: unbroadcast(getitem(index)(g), shape_of(v)),
+                lambda g, out, x, v: unbroadcast(
+                    _kept_writes(getitem(index)(g), x, index), shape_of(v)
+                ),
             ),
             lambda sx, sv: fits_into(sv, _indexed_shape(sx, index)) and sx,
             constants={**constants, "updated": updated},
@@ -252,6 +265,22 @@ def setitem(index: tuple) -> ArrayOp:
         )
 
     return _index_op("setitem", index, None, make)
+
+
+def _kept_writes(g: Any, x: Any, index: tuple) -> Any:
+    """``g`` (of ``x[index]``'s shape) where ``x[index] = v`` keeps what it writes: where
+    an index repeats an element, NumPy keeps the last write to it, and the others
+    take no gradient."""
+    if basic(index):
+        return g
+    shape = shape_of(x)
+    ids = np.arange(math.prod(shape)).reshape(shape)[index]
+    if np.unique(ids).size == ids.size:
+        return g
+    order = np.arange(ids.size).reshape(ids.shape)
+    kept = np.full(math.prod(shape), -1)
+    kept.reshape(shape)[index] = order  # (what NumPy's assignment keeps, asked of NumPy)
+    return where()(kept[ids] == order, g, 0.0)
 
 
 def _batch_setitem(index: tuple, args: Sequence[Any], mapped: Sequence[bool]) -> Any:
