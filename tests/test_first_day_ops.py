@@ -151,6 +151,14 @@ def test_int_of_a_traced_value_names_static_argnums_too():
         ad.grad(lambda x, n: x * int(n))(1.0, 2.0)
 
 
+@pytest.mark.parametrize("n", [3, 300])  # (traced element by element, at array level)
+def test_a_float_array_conversion_of_an_argument_is_named(n: int):
+    with pytest.raises(TypeError, match=r"np\.asarray\(x, dtype=float\).*left out"):
+        ad.grad(lambda x: np.sum(np.asarray(x, dtype=float) ** 2))(np.ones(n))
+    g = ad.grad(lambda x: np.sum(x.astype(float) ** 2))(np.arange(n, dtype=float))
+    np.testing.assert_allclose(g, 2.0 * np.arange(n))  # (d/dx sum x^2, by hand)
+
+
 @pytest.mark.skipif(
     "static_argnums" not in inspect.signature(ad.grad).parameters,
     reason="ad.grad has no static_argnums yet (another part of issue 28)",

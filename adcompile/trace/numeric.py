@@ -80,7 +80,12 @@ class Numeric:
             )
 
     def __float__(self) -> float:
-        self._frozen("float() (or a math.* function)")
+        self._frozen(
+            "float() (or a math.* function, or a conversion to a float array: "
+            "np.asarray(x, dtype=float), np.array(x, dtype=...))",
+            "; the arguments arrive as float64 arrays already, so a conversion of one "
+            "can be left out (x.astype(float) is taken)",
+        )
         return self.data
 
     def __int__(self) -> int:
