@@ -142,6 +142,8 @@ CASES = {
     "einsum": (lambda x: np.einsum("ij,jk->ik", x, W).sum() + np.einsum("ij,ij->", x, x), X),
     "slices": (lambda x: np.sum((x[1:, ::2] - x[:-1, 1::2]) ** 2) + x[2].sum(), X),
     "integer-array index": (lambda x: np.sum(x[[0, 2, 2, 5]] ** 2) + np.sum(x[:, [3, 0]]), X),
+    "an index of two equal arrays": (lambda x: np.sum(x[[0, 1, 2], [0, 1, 2]] ** 2), X),
+    "the diagonal written": (lambda x: _diagonal_written(x), X),
     "constant mask": (lambda x: np.sum(x[np.arange(24).reshape(6, 4) % 3 == 0] ** 3), X),
     "reshapes": (
         lambda x: (
@@ -167,6 +169,12 @@ CASES = {
     "ad functions": (lambda x: np.sum(ad.tanh(x) + ad.sigmoid(x) + ad.relu(x) ** 2), X),
     "operators": (lambda x: np.sum((2.0 - x) / (1.5 + x**2) + abs(-x) - (x // 1.0) + x % 0.5), X),
 }
+
+
+def _diagonal_written(x):  # noqa: ANN001, ANN202
+    a = np.zeros((4, 4))
+    a[[0, 1, 2, 3], [0, 1, 2, 3]] = x[1] ** 2
+    return np.sum(a @ x[2])
 
 
 def _shifted(x):  # noqa: ANN001, ANN202

@@ -48,8 +48,11 @@ def _held(f, pts: np.ndarray, v: np.ndarray, g: np.ndarray) -> None:  # noqa: AN
     with np.errstate(all="ignore"):
         want = np.array([float(f(p)) for p in pts])
     np.testing.assert_allclose(v, want, rtol=1e-11, atol=1e-12)
-    other = _by_elements(f)
-    np.testing.assert_allclose(g, np.stack([other(p)[1] for p in pts]), rtol=1e-9, atol=1e-11)
+    try:
+        want_g = np.stack([_by_elements(f)(p)[1] for p in pts])
+    except TypeError:  # (np.zeros written into: array level only, one point at a time)
+        want_g = np.stack([ad.value_and_grad(f)(p)[1] for p in pts])
+    np.testing.assert_allclose(g, want_g, rtol=1e-9, atol=1e-11)
     d = RNG.normal(size=pts[0].shape)
     fd = central_diff(f, pts[0], d, h=1e-6)
     assert float(np.sum(g[0] * d)) == pytest.approx(fd, rel=1e-5, abs=1e-6)

@@ -148,8 +148,8 @@ def batched_index(index: tuple) -> tuple:
 
 def _index_op(kind: str, index: tuple, extra: Any, make: Callable[..., ArrayOp]) -> ArrayOp:
     key = _index_key(index)
-    names = {
-        k: f"i{hashlib.sha1(repr(key[k]).encode()).hexdigest()[:6]}"
+    names = {  # (one per place: two arrays of one content are two names)
+        k: f"i{hashlib.sha1(repr((k, key[k])).encode()).hexdigest()[:6]}"
         for k, item in enumerate(index)
         if isinstance(item, np.ndarray)
     }
