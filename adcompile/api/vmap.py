@@ -174,16 +174,16 @@ class Vmapped:
         """(program, point tape) of ``spec``'s array code at ``n`` points, made once per
         length (``diff.batching``); None where it does not batch. ``point``: the
         arguments at one point."""
-        from ..backend.arrays import ArrayBasisCompiled, ArrayCompiled
+        from ..backend.arrays import ArrayCompiled
         from ..diff.batching import batch_tape
         from ..ir.arrays import NotBatched
 
         memo = (key, n, tuple(kinds))
         if memo not in self._batched:
             compiled = spec.compiled
-            tape = compiled.tape  # (of batch-generic code: at its first length)
-            shapes = [tape.shapes[slot] for slot in tape.inputs]
-            if isinstance(compiled, ArrayBasisCompiled) or shapes != [np.shape(a) for a in point]:
+            tape = compiled.visit(_ArrayTape())  # (of batch-generic code: its first length)
+            shapes = None if tape is None else [tape.shapes[slot] for slot in tape.inputs]
+            if shapes != [np.shape(a) for a in point]:
                 self._batched[memo] = None  # (a Jacobian's basis loop; another length)
                 return None
             try:
@@ -197,6 +197,25 @@ class Vmapped:
                 self._batched.pop(next(iter(self._batched)))
             self._batched[memo] = made
         return self._batched[memo]
+
+
+class _ArrayTape:
+    """A program's array tape, where it is NumPy code on whole arrays (else None)."""
+
+    def arrays(self, program: Any, tape: Any) -> Any:
+        return tape
+
+    def straight_line(self, program: Any) -> None:
+        return None
+
+    def folded(self, program: Any, loops: Any, lead: tuple[int, ...]) -> None:
+        return None
+
+    def interpreter(self, program: Any, opcodes: Any) -> None:
+        return None
+
+    def basis(self, program: Any, one: Any, m: int, dest: Any) -> None:
+        return None
 
 
 def _run_batched(
