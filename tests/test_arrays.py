@@ -475,3 +475,33 @@ def test_a_numpy_function_without_a_rule_is_named(n: int) -> None:
     assert "UFuncTypeError" in str(info.value)  # (NumPy's own message, kept)
     with pytest.raises(TypeError, match=r"np\.fft\.fft"):
         ad.value_and_grad(lambda x: np.sum(np.abs(np.fft.fft(x))))(A[0])
+
+
+@pytest.mark.parametrize("n", [5, 300])
+@pytest.mark.parametrize(
+    ("f", "named"),
+    [
+        (lambda x: np.sum(x, where=x > 0), r"np\.sum\(\.\.\., where=\.\.\.\)"),
+        (lambda x: np.linalg.norm(np.outer(x, x), 2), r"np\.linalg\.norm\(\.\.\., ord=2\)"),
+        (lambda x: np.sum(np.add.at(np.zeros(3), [0, 0, 1], x[:3])), r"np\.add\.at"),
+    ],
+)
+def test_what_neither_level_takes_is_named_not_numpys_error(f, named, n: int) -> None:  # noqa: ANN001
+    # the array level refuses it, and NumPy's code fails on arrays of Values (an object
+    # loop it lacks, a recursion): the error names the call and points to the docs
+    with pytest.raises(TypeError, match=named + r".*docs/api\.md"):
+        ad.grad(f)(RNG.normal(size=n))
+
+
+@pytest.mark.parametrize("n", [5, 300])
+def test_isnan_of_a_traced_array_is_guarded_element_by_element(n: int) -> None:
+    def f(x):  # noqa: ANN001, ANN202
+        return 1.0 if np.isnan(x).any() else np.sum(x**2)
+
+    vg = ad.value_and_grad(f)
+    x = RNG.normal(size=n)
+    for point in (x, np.where(np.arange(n) == 1, np.nan, x), x + 1.0):
+        v, g = vg(point)
+        assert v == pytest.approx(f(point), rel=1e-12)  # nan: 1.0, gradient 0; else 2 x
+        want = np.zeros(n) if np.isnan(point).any() else 2 * point
+        np.testing.assert_allclose(g, want, rtol=1e-12)

@@ -148,7 +148,7 @@ class CompileMixin:
         TypeError from NumPy's C code), an error that names that function."""
         why = self.array_refused or ""
         if not why.endswith(NO_RULE) or not isinstance(e, (TypeError, AttributeError)):
-            return e
+            return _numpys_refusal(self._name, why, e) if why else e
         name = why.removesuffix(NO_RULE)
         return TypeError(
             f"{self._name}() calls {name}, which adcompile cannot differentiate: it has no "
@@ -447,3 +447,22 @@ class CompileMixin:
                 RetraceWarning,
                 stacklevel=user_stacklevel(),
             )
+
+
+def _numpys_refusal(fname: str, why: str, e: Exception) -> Exception:
+    """``e``, or, where it is NumPy's own failure on arrays of traced Values (an object
+    dtype, a ufunc with no object loop, a recursion) after the array level refused
+    ``why``, an error that says both."""
+    text = str(e)
+    if not (
+        isinstance(e, (RecursionError, SystemError))
+        or isinstance(e, TypeError)
+        and ("dtype('O')" in text or "ufunc" in text)
+    ):
+        return e
+    return TypeError(
+        f"{fname}() uses {why.removesuffix(' at array level')}, which adcompile does not "
+        f"trace on whole arrays, and NumPy's code for it fails on arrays of traced Values "
+        f"({type(e).__name__}: {text[:200]}). The NumPy functions and arguments adcompile "
+        "traces are listed in docs/api.md (NumPy code on whole arrays); write it with those"
+    )

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import ops
+from .ufuncs import PREDICATES
 from .value import Value
 
 # Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
@@ -29,6 +30,11 @@ class ValueArray(np.ndarray):
     """An object array of Values with a Value's element-wise methods."""
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        test = PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
+        if test is not None:  # np.isnan ... on each element: a bool array (NumPy has no
+            x = np.asarray(inputs[0], dtype=object)  # object loop for them)
+            flags = [test(v) if isinstance(v, Value) else bool(ufunc(v)) for v in x.flat]
+            return np.array(flags, dtype=np.bool_).reshape(x.shape)
         if method == "__call__" and not kwargs:
             # A ufunc named after an op (np.maximum, np.exp ...) applies that op
             # to each element: np.maximum(z, 0) records ``maximum``, a primitive
