@@ -109,9 +109,15 @@ def test_unary_ufuncs_record_their_op_with_floats_mixed_in(ufunc, ref, dref):
 
 def test_other_ufunc_uses_behave_as_on_object_arrays():
     a = tensor(np.array([[1.0, -2.0], [3.0, 0.5]]))
-    # reductions, accumulations and comparisons are NumPy's own
+    # np.max / np.min are chains of the maximum / minimum op (no comparison: no guard,
+    # and nan goes through as in NumPy); other reductions, accumulations and
+    # comparisons are NumPy's own
     top = np.maximum.reduce(a, axis=None)
-    assert top is a[1, 0]
+    assert isinstance(top, Value) and top.data == 3.0
+    top.backward()
+    np.testing.assert_array_equal(ad.grad_of(a), [[0.0, 0.0], [1.0, 0.0]])
+    np.testing.assert_array_equal(ad.data(np.min(a, axis=1, keepdims=True)), [[-2.0], [0.5]])
+    assert np.isnan(np.max(tensor(np.array([1.0, np.nan, 3.0]))).data)
     assert isinstance(np.add.accumulate(a, axis=0), ValueArray)
     assert isinstance(a.sum(), Value) and isinstance(a.sum(axis=0), ValueArray)
     gt = a > 0
@@ -261,3 +267,28 @@ def test_ufuncs_on_a_value_apply_the_op_or_numpys_object_loop():
     assert row.dtype == object and [e.data for e in row] == [-0.5, 0.5]
     with pytest.raises(TypeError):  # a ufunc without an object loop stays NumPy's error
         np.signbit(v)
+
+
+def test_max_and_min_of_traced_values_are_one_program_and_keep_nan():
+    """np.max / np.min / x.max(axis) of traced Values (arrays too small for the array
+    level) record the maximum / minimum op: one trace for every ordering of the
+    inputs (no guard on a comparison), and a nan comes out as NumPy's does."""
+
+    def f(x):
+        return np.max(x) + 2.0 * np.min(x.reshape(2, 2), axis=0).sum() + x.max(keepdims=True)[0]
+
+    vg = ad.value_and_grad(f)
+    rng = np.random.default_rng(5)
+    orders = [rng.permutation(4) * 1.0 for _ in range(3)]
+    for x in (*orders, np.array([1.0, np.nan, 3.0, 0.0])):
+        v, g = vg(x)
+        want = f(x)
+        assert (np.isnan(v) and np.isnan(want)) or v == pytest.approx(want, rel=1e-15)
+        if not np.isnan(want):  # by hand: 2 at the largest, 2 at each column's least
+            m = x.reshape(2, 2)
+            hand = np.zeros((2, 2))
+            hand[np.argmin(m, axis=0), [0, 1]] = 2.0
+            hand = hand.ravel()
+            hand[np.argmax(x)] += 2.0
+            np.testing.assert_array_equal(g, hand)
+    assert vg.traces == 1

@@ -449,14 +449,22 @@ class CompileMixin:
             )
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def _numpys_refusal(fname: str, why: str, e: Exception) -> Exception:
     """``e``, or, where it is NumPy's own failure on arrays of traced Values (an object
     dtype, a ufunc with no object loop, a recursion) after the array level refused
     ``why``, an error that says both."""
     text = str(e)
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    ours = tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE)
     if not (
         isinstance(e, (RecursionError, SystemError))
         or isinstance(e, TypeError)
+        and not ours
         and ("dtype('O')" in text or "ufunc" in text)
     ):
         return e

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import ops
+from ..ir.array_ops import normal_axes
 from .ufuncs import PREDICATES
 from .value import Value
 
@@ -35,6 +36,10 @@ class ValueArray(np.ndarray):
             x = np.asarray(inputs[0], dtype=object)  # object loop for them)
             flags = [test(v) if isinstance(v, Value) else bool(ufunc(v)) for v in x.flat]
             return np.array(flags, dtype=np.bool_).reshape(x.shape)
+        if method == "reduce" and ufunc in _FOLDED and len(inputs) == 1:
+            folded = _fold(ufunc, inputs[0], kwargs)
+            if folded is not NotImplemented:
+                return folded
         if method == "__call__" and not kwargs:
             # A ufunc named after an op (np.maximum, np.exp ...) applies that op
             # to each element: np.maximum(z, 0) records ``maximum``, a primitive
@@ -122,6 +127,36 @@ def _elementwise(op: ops.Op) -> np.ufunc:
     """An object ufunc applying ``op`` element by element (floats evaluate, Values record)."""
     apply = ops.apply
     return np.frompyfunc(lambda *xs: apply(op, *xs), op.arity, 1)
+
+
+#: Reductions made a chain of their op: np.max of Values is ``maximum`` after
+#: ``maximum``, which propagates nan as NumPy's does, where NumPy's object loop
+#: compares (a guard on each comparison, and nan lost).
+_FOLDED = frozenset({np.maximum, np.minimum})
+
+
+def _fold(ufunc: np.ufunc, x: Any, kwargs: dict) -> Any:
+    """``ufunc.reduce(x, **kwargs)`` as a chain of its op; NotImplemented for the
+    arguments it does not take (``out``, ``where``, ``dtype``)."""
+    kw = dict(kwargs)
+    axis, keepdims = kw.pop("axis", 0), kw.pop("keepdims", False)
+    initial = kw.pop("initial", None)
+    given = initial is not None and type(initial).__name__ != "_NoValueType"
+    extra = {"initial": initial} if given else {}
+    if kw.pop("where", True) is not True or any(v is not None for v in kw.values()):
+        return NotImplemented
+    op = ops.ufunc_op(ufunc.__name__)
+    f = _ELEMENTWISE.get(op)
+    if f is None:
+        f = _ELEMENTWISE[op] = _elementwise(op)
+    a = np.asarray(x, dtype=object).view(_ND)
+    axes = normal_axes(axis, a.ndim) or tuple(range(a.ndim))
+    rest = [k for k in range(a.ndim) if k not in axes]
+    moved = np.transpose(a, rest + list(axes)).reshape([a.shape[k] for k in rest] + [-1])
+    out = f.reduce(moved, axis=-1, **extra)
+    if keepdims:
+        out = np.reshape(out, [1 if k in axes else n for k, n in enumerate(a.shape)])
+    return _view(np.asarray(out, dtype=object)) if np.ndim(out) else out
 
 
 def _view(x: Any) -> Any:
