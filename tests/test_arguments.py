@@ -189,3 +189,42 @@ def test_grad_of_a_function_returning_a_list_names_jacobian():
         ad.grad(lambda x: [x[0], x[1]])(np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match=r"shape \(2,\).*ad\.jacobian"):
         ad.grad(lambda x: x * 2.0)(np.array([1.0, 2.0]))
+
+
+def _cross_entropy(W, X, y):  # noqa: N803
+    z = X @ W
+    z = z - np.max(z, axis=1, keepdims=True)
+    logp = z - np.log(np.sum(np.exp(z), axis=1, keepdims=True))
+    return -np.mean(logp[np.arange(len(y)), y])
+
+
+@pytest.mark.parametrize("n", [4, 300])  # (element by element, and at array level)
+def test_integer_labels_index_as_data(n: int) -> None:
+    """An integer array that is not differentiated (labels) is data: ``f`` reads it as
+    it is, so it indexes; new labels trace again, old ones are served again."""
+    rng = np.random.default_rng(3)
+    W, X = rng.normal(size=(5, 3)), rng.normal(size=(n, 5))  # noqa: N806
+    vg = ad.value_and_grad(_cross_entropy)
+    for y in (rng.integers(0, 3, n), rng.integers(0, 3, n)):
+        v, g = vg(W, X, y)
+        z = X @ W
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        assert v == pytest.approx(_cross_entropy(W, X, y), rel=1e-12)
+        np.testing.assert_allclose(g, X.T @ (p - np.eye(3)[y]) / n, rtol=1e-10, atol=1e-13)
+    y[0] = (y[0] + 1) % 3  # (changed in place: its contents, not the object, count)
+    assert vg(W, X, y)[0] == pytest.approx(_cross_entropy(W, X, y), rel=1e-12)
+
+
+def test_integer_arrays_compute_as_plain_numpy_and_new_contents_warn(monkeypatch) -> None:  # noqa: ANN001
+    from adcompile.api import transform
+
+    small = np.array([100, 100], dtype=np.int8)  # int8 wraps: plain Python's answer
+    assert ad.jit(lambda x: np.sum(x * x))(small) == np.sum(small * small) == 32
+    np.testing.assert_allclose(ad.grad(lambda x: np.sum(x**3))(np.arange(3)), [0.0, 3.0, 12.0])
+    monkeypatch.setattr(transform, "INT_DATA_WARN", 2)
+    f = ad.jit(lambda x, k: np.sum(x[k]))
+    x = np.arange(5.0)
+    with pytest.warns(ad.RetraceWarning, match=r"integer arrays \(k\).*one-hot"):
+        for k in ([0], [1], [2, 3], [4]):
+            assert f(x, np.array(k)) == sum(k)

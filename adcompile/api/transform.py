@@ -41,7 +41,7 @@ from ..trace.value import Value
 from .batching import BatchMixin
 from .captured import CapturesMixin
 from .compiling import CompileMixin
-from .events import CompileEvent, key_text, user_stacklevel
+from .events import CompileEvent, RetraceWarning, key_text, user_stacklevel
 from .introspect import IntrospectMixin
 from .specialisation import Specialisation
 from .tracing import (
@@ -55,6 +55,11 @@ from .tracing import (
     trace_or_expand,
     values_like,
 )
+
+#: Integer arrays of this many contents trace without a word; the next says so
+#: (``RetraceWarning``). The variants of the latest ``INT_DATA_KEEP`` are kept.
+INT_DATA_WARN = 8
+INT_DATA_KEEP = 16
 
 
 class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
@@ -115,6 +120,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         self._caps: captures.Captures | None = None
         # calls with keyword arguments: one transform per keyword signature (_keywords)
         self._variants: dict[tuple, Transformed] = {}
+        self._int_data_seen = 0  # calls with integer arrays of new contents
         self._namefun = fun  # whose parameters name the positional arguments
         self._argnames: list[str] | None = None  # or these names (of pytree leaves)
         self._kwnames: tuple[str, ...] = ()  # keyword arguments passed after them
@@ -213,6 +219,10 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
                 f"argument {both[0]} of {self._name}() is both differentiated (argnums) "
                 "and static (static_argnums); a static argument is a constant of the code"
             )
+        data = [p for p, a in enumerate(args) if arguments.int_data(a) and p not in wrt]
+        if data:  # (integer arrays not differentiated: static, by their contents)
+            static = sorted({*static, *data})
+            args = tuple(arguments.IntData(a) if p in data else a for p, a in enumerate(args))
         names = param_names(self._namefun, nargs)
         plan = arguments.plan(self._name, args, names, static)
         if not static and all(t == arguments.LEAF for t in plan.trees):
@@ -220,8 +230,29 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         with self._lock:  # (threads calling at once make one variant)
             variant = self._variants.get(plan.signature)
             if variant is None:
+                if data:
+                    self._new_int_data(data, names)
                 variant = self._variants[plan.signature] = self._leaf_variant(plan, wrt)
         return variant, plan, wrt
+
+    def _new_int_data(self, data: list[int], names: list[str]) -> None:
+        """A call with integer arrays of new contents (traced and compiled again): past
+        ``INT_DATA_WARN`` of them, say so once; keep the latest ``INT_DATA_KEEP``."""
+        self._int_data_seen += 1
+        kept = [k for k, v in self._variants.items() if "IntData(" in repr(k)]
+        for k in kept[: max(0, len(kept) - INT_DATA_KEEP + 1)]:
+            del self._variants[k]
+        if self._int_data_seen == INT_DATA_WARN + 1:
+            which = ", ".join(names[p] if p < len(names) else f"argument {p}" for p in data)
+            warnings.warn(
+                f"{self._name}() was called with integer arrays ({which}) of "
+                f"{self._int_data_seen} different contents: the compiled code is specialised "
+                "on an integer array that is not differentiated (it is data, read as it is, "
+                "such as labels that index), so each new one traces and compiles again. "
+                "Pass such data as floats (one-hot labels, a float mask) to compile once",
+                RetraceWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def _leaf_variant(self, plan: arguments.Plan, wrt: list[int]) -> Transformed:
         """The transform of ``fun`` over the leaves of calls planned as ``plan``."""

@@ -10,7 +10,10 @@ as to JAX:
 - arrays of another float dtype (float32): computed in float64, the gradient
   given back in the argument's dtype;
 - static arguments (``static_argnums``): hashable values that are part of the
-  specialisation (a new value traces again), never inputs.
+  specialisation (a new value traces again), never inputs;
+- integer and boolean arrays that are not differentiated (labels, indexes):
+  static too, by their contents (:class:`IntData`), so ``f`` reads them as they
+  are (``logp[np.arange(n), labels]``).
 
 ``plan`` says how one call's arguments map to leaves; ``Plan.regroup`` puts a
 result over leaves back into the arguments' structure.
@@ -18,6 +21,7 @@ result over leaves back into the arguments' structure.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import numbers
 from collections.abc import Callable, Sequence
@@ -43,6 +47,34 @@ def _numbers_only(a: Any) -> bool:
         elif isinstance(e, bool) or not isinstance(e, numbers.Real):
             return False
     return True
+
+
+class IntData:
+    """An integer or boolean array argument that is not differentiated, as a static
+    argument: hashed and compared by its dtype, shape and bytes (a copy: the
+    caller's array may change), and given to ``f`` as the array it is."""
+
+    __slots__ = ("array", "_key")
+
+    def __init__(self, a: np.ndarray) -> None:
+        self.array = np.array(a)
+        self.array.setflags(write=False)
+        digest = hashlib.sha1(self.array.tobytes()).hexdigest()
+        self._key = (self.array.dtype.str, self.array.shape, digest)
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IntData) and other._key == self._key
+
+    def __repr__(self) -> str:
+        return f"IntData({self.array.dtype}{list(self.array.shape)})"
+
+
+def int_data(a: Any) -> bool:
+    """Whether ``a`` is an integer or boolean array (data, when not differentiated)."""
+    return type(a) is np.ndarray and a.dtype.kind in "biu"
 
 
 def is_tree(a: Any) -> bool:
@@ -212,7 +244,7 @@ def needs_plan(args: Sequence[Any], static: Sequence[int]) -> bool:
         t = type(a)
         if t is float or (t is np.ndarray and a.dtype is F64):
             continue
-        if is_tree(a) or narrow(a):
+        if is_tree(a) or narrow(a) or int_data(a):
             return True
     return False
 
@@ -224,7 +256,8 @@ def rebuild(trees: tuple, statics: dict[int, Any], leaves: Sequence[Any]) -> lis
     args: list[Any] = []
     dyn = iter(trees)
     for p in range(len(trees) + len(statics)):
-        args.append(statics[p] if p in statics else unflatten(next(dyn), it))
+        a = statics[p] if p in statics else unflatten(next(dyn), it)
+        args.append(a.array if isinstance(a, IntData) else a)
     return args
 
 
