@@ -25,6 +25,8 @@ RNG = np.random.default_rng(31)
 
 # the cases whose programs keep NumPy code: an op with no loop form (none now)
 NOT_LOWERED: set[str] = set()
+# the cases the Values' engine cannot run (np.zeros written into holds floats only)
+ARRAY_ONLY = {"the diagonal written", "rows written twice"}
 
 
 pytestmark = pytest.mark.usefixtures("loops_at_once")
@@ -47,6 +49,8 @@ def test_numpy_functions_as_loop_nests(name: str) -> None:
     assert v == pytest.approx(float(f(fresh)), rel=1e-10, abs=1e-12)
     d = RNG.normal(size=x.shape)
     assert float(np.sum(g * d)) == pytest.approx(central_diff(f, fresh, d), rel=1e-5, abs=1e-6)
+    if name in ARRAY_ONLY:
+        return
     elements = ad.value_and_grad(f)
     elements.array_level = False  # (the Values' engine)
     ev, eg = elements(fresh)

@@ -144,6 +144,7 @@ CASES = {
     "integer-array index": (lambda x: np.sum(x[[0, 2, 2, 5]] ** 2) + np.sum(x[:, [3, 0]]), X),
     "an index of two equal arrays": (lambda x: np.sum(x[[0, 1, 2], [0, 1, 2]] ** 2), X),
     "the diagonal written": (lambda x: _diagonal_written(x), X),
+    "rows written twice": (lambda x: _written_twice(x), X),
     "constant mask": (lambda x: np.sum(x[np.arange(24).reshape(6, 4) % 3 == 0] ** 3), X),
     "reshapes": (
         lambda x: (
@@ -169,6 +170,13 @@ CASES = {
     "ad functions": (lambda x: np.sum(ad.tanh(x) + ad.sigmoid(x) + ad.relu(x) ** 2), X),
     "operators": (lambda x: np.sum((2.0 - x) / (1.5 + x**2) + abs(-x) - (x // 1.0) + x % 0.5), X),
 }
+
+
+def _written_twice(x):  # noqa: ANN001, ANN202
+    z = np.zeros((5, 4))
+    z[[0, 0, 3]] = x[:3] ** 2  # row 0 written twice: NumPy keeps the last
+    z[[1, 4, 1]] += x[3:6]  # (z[i] = z[i] + v: the last again)
+    return np.sum(np.tanh(z) ** 2)
 
 
 def _diagonal_written(x):  # noqa: ANN001, ANN202

@@ -252,10 +252,7 @@ def setitem(index: tuple) -> ArrayOp:
             ),
             lambda sx, sv: fits_into(sv, _indexed_shape(sx, index)) and sx,
             constants={**constants, "updated": updated},
-            loop=LoopForm(
-                statement=f"{{name}} = {{0}}.copy()\n{{name}}[{text}] = {{1}}",
-                fits=lambda sx, sv: _settable(index) and sv in ((), _indexed_shape(sx, index)),
-            ),
+            loop=_setitem_form(index, text, list(constants)),
             index=index,
             remake=setitem,
             jvp=lambda ts, out, x, v: setitem(index)(
@@ -265,6 +262,25 @@ def setitem(index: tuple) -> ArrayOp:
         )
 
     return _index_op("setitem", index, None, make)
+
+
+def _setitem_form(index: tuple, text: str, names: list[str]) -> LoopForm | None:
+    """``setitem``'s loop form: a copy, then ``v`` written where a basic index reads;
+    for an index of arrays (``gathered``), each row in order, a loop."""
+    if basic(index):
+        return LoopForm(
+            statement=f"{{name}} = {{0}}.copy()\n{{name}}[{text}] = {{1}}",
+            fits=lambda sx, sv: _settable(index) and sv in ((), _indexed_shape(sx, index)),
+        )
+    found = gathered(index, names)
+    if found is None:
+        return None
+    items, consts = found
+    return LoopForm(
+        statement_of=lambda sx, sv: scatter_statement(items, sx, write=True, scalar=not sv),
+        fits=lambda sx, sv: sv in ((), _indexed_shape(sx, index)),
+        consts=consts,
+    )
 
 
 def _kept_writes(g: Any, x: Any, index: tuple) -> Any:

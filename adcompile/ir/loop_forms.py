@@ -217,9 +217,12 @@ def _gather(items: list, at: Sequence[str], old: Shape) -> list[str]:
     return found
 
 
-def scatter_statement(items: list, shape: Shape) -> str:
+def scatter_statement(items: list, shape: Shape, write: bool = False, scalar: bool = False) -> str:
     """The adjoint of a gather (:func:`gathered`) as loops: zeros of ``shape``, and
-    each row of ``{0}`` added where it was read from (rows read twice add up)."""
+    each row of ``{0}`` added where it was read from (rows read twice add up). With
+    ``write``: ``{0}`` with each row of ``{1}`` written there, in order (a row
+    written twice keeps the last, as NumPy's assignment does); with ``scalar``,
+    the number ``{1}`` in each."""
     items = items + [slice(None)] * (len(shape) - len(items))
     rows = next(item[1] for item in items if isinstance(item, tuple))
     target, source, done = [], [], False
@@ -232,6 +235,15 @@ def scatter_statement(items: list, shape: Shape) -> str:
         else:
             target.append(slice_text(item))
             source.append(":")
+    if write:  # (a number is written as it is; rows, row by row)
+        row = "{1}" if scalar else f"{{1}}[{', '.join(source)}]"
+        return "\n".join(
+            [
+                "{name} = {0}.copy()",
+                f"for _j_{{name}} in range({rows}):",
+                f"    {{name}}[{', '.join(target)}] = {row}",
+            ]
+        )
     return "\n".join(
         [
             f"{{name}} = np.zeros({tuple(shape)!r})",

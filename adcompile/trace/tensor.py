@@ -153,7 +153,8 @@ def _fold(ufunc: np.ufunc, x: Any, kwargs: dict) -> Any:
     axes = normal_axes(axis, a.ndim) or tuple(range(a.ndim))
     rest = [k for k in range(a.ndim) if k not in axes]
     moved = np.transpose(a, rest + list(axes)).reshape([a.shape[k] for k in rest] + [-1])
-    out = f.reduce(moved, axis=-1, **extra)
+    with np.errstate(invalid="ignore"):  # (nan in, nan out, as NumPy's, unsaid)
+        out = f.reduce(moved, axis=-1, **extra)
     if keepdims:
         out = np.reshape(out, [1 if k in axes else n for k, n in enumerate(a.shape)])
     return _view(np.asarray(out, dtype=object)) if np.ndim(out) else out
