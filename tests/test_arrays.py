@@ -265,7 +265,7 @@ def test_what_arrays_do_not_take_is_traced_element_by_element(f, why):
         assert why in vg.array_refused
 
 
-def test_writes_that_numpy_would_see_through_a_view_are_not_taken():
+def test_writes_are_seen_through_views_as_numpy_sees_them():
     def f(x):  # noqa: ANN001, ANN202
         z = x * 1.0
         w = z[1:]  # a view of z: NumPy's w sees the write below
@@ -279,7 +279,7 @@ def test_writes_that_numpy_would_see_through_a_view_are_not_taken():
     vg = ad.value_and_grad(f)
     v, grad = vg(V)
     assert v == pytest.approx(f(V.copy()), rel=1e-12)
-    assert "shares memory" in vg.array_refused
+    assert vg.array_refused is None  # (at array level: the view made again of z)
     d = RNG.normal(size=5)
     assert grad @ d == pytest.approx(central_diff(f, V, d), rel=1e-6)
     vg2 = ad.grad(g)

@@ -17,11 +17,17 @@ and the caller traces the function element by element instead, as Values:
   data), ``x.item()``;
 - a NumPy function or ufunc it has no rule for (named in the reason);
 - a micrograd ``Value`` meeting an array;
-- writing into an argument, into a view, or into an array a view was taken of
-  (NumPy would change the other array too; a functional update would not).
+- writing into an argument, or into a view of one (the caller's array would
+  change).
 
 Writing into an array the function made (``z = np.zeros_like(x); z[1:] = ...``)
-is a functional update: the ``ArrayValue`` takes the new node.
+is a functional update: the ``ArrayValue`` takes the new node. Views are kept
+as NumPy keeps them: a view (basic indexing, a reshape, a transpose) knows its
+base and how it is made of it, so it is made again from the base when the base
+was written since, and a write into a view is a write into its base (the view
+written back: ``setitem`` for an index, the reshape or transpose undone).
+Whether NumPy gives a view or a copy (``z.T.ravel()`` is a copy) is asked of
+NumPy itself, on a stand-in array of the same shape (``probe``).
 """
 
 from __future__ import annotations
@@ -242,15 +248,32 @@ class ArrayValue:
     (basic indexing, reshapes, transposes), else "" (an array of its own);
     ``viewed`` says that a view of it was taken."""
 
-    __slots__ = ("trace", "slot", "kind", "viewed", "__weakref__")
+    __slots__ = ("trace", "_slot", "kind", "base", "via", "back", "seen", "probe", "__weakref__")
     __array_priority__ = 1000.0
     __hash__ = None  # type: ignore[assignment]  (as NumPy's arrays: == is element-wise)
 
     def __init__(self, trace: ArrayTrace, slot: int, kind: str = "") -> None:
         self.trace = trace
-        self.slot = slot
-        self.kind = kind
-        self.viewed = False
+        self._slot = slot
+        self.kind = kind  # "input" (an argument), "made" (np.zeros ...), "view", ""
+        # a view's base, the op that makes it of the base, how a new value of it is
+        # written back (None: read-only), and the base's slot it was made of
+        self.base: ArrayValue | None = None
+        self.via: ArrayOp | None = None
+        self.back: Callable[[ArrayValue, ArrayValue], ArrayValue] | None = None
+        self.seen = -1
+        self.probe: np.ndarray | None = None  # (NumPy's stand-in for its memory)
+
+    @property
+    def slot(self) -> int:
+        """Its node: for a view whose base was written since, the view made again."""
+        base = self.base
+        if base is not None:
+            b = base.slot
+            if b != self.seen:
+                self._slot = self.trace.record(self.via, [base])._slot
+                self.seen = b
+        return self._slot
 
     # ---- what it is
     @property
@@ -311,13 +334,34 @@ class ArrayValue:
     def _apply(self, op: Op, args: Sequence[Any]) -> ArrayValue:
         return self.trace.record(op, args)
 
-    def viewed_as(self, op: ArrayOp) -> ArrayValue:
-        """``op`` of this array, a view of it (NumPy's reshapes, transposes and
-        slices share memory): neither is written into afterwards."""
+    def viewed_as(
+        self,
+        op: ArrayOp,
+        probe: Callable[[np.ndarray], np.ndarray],
+        back: Callable[[ArrayValue, ArrayValue], ArrayValue] | None,
+    ) -> ArrayValue:
+        """``op`` of this array: a view of it where NumPy's ``probe`` (the same op on a
+        stand-in array) shares its memory, else a copy. ``back(base, new)``: the base
+        with the view's value ``new`` written in (None: a read-only view)."""
         out = self.trace.record(op, [self])
-        out.kind = "view"
-        self.viewed = True
+        if self.probe is None:
+            self.probe = np.empty(self.shape, dtype=np.bool_)
+        seen = probe(self.probe)
+        if not np.may_share_memory(seen, self.probe):
+            return out  # (NumPy copies: an array of its own)
+        out.kind, out.base, out.via, out.back = "view", self, op, back
+        out.seen, out.probe = self.slot, seen
         return out
+
+    def _assign(self, new: ArrayValue) -> None:
+        """This array's contents become ``new``'s (a view's: written into its base)."""
+        if self.base is not None:
+            if self.back is None:
+                raise ValueError("assignment destination is read-only")
+            self.base._assign(self.back(self.base, new))
+            self._slot, self.seen = new.slot, self.base.slot
+        else:
+            self._slot = new.slot
 
     def __getitem__(self, index: Any) -> ArrayValue:
         if isinstance(index, ArrayValue) and index.dtype == np.bool_:
@@ -334,17 +378,22 @@ class ArrayValue:
             return self.trace.record(op, [self])
         if any(isinstance(i, np.ndarray) for i in idx):
             return self.trace.record(op, [self])  # advanced indexing copies
-        return self.viewed_as(op)
+        return self.viewed_as(
+            op,
+            lambda p: p[idx],
+            lambda base, new: base.trace.record(X.setitem(idx), [base, new]),
+        )
 
     def _writable(self, what: str) -> None:
-        if not self.shape:
-            raise NotArrayLevel(f"{what} a scalar")
-        if self.kind == "input":
+        root = self
+        while root.base is not None:
+            root = root.base
+        if root.kind == "input":
             raise NotArrayLevel(f"{what} an argument (it would change the caller's array)")
-        if self.kind == "view" or self.viewed:
-            raise NotArrayLevel(f"{what} an array that shares memory with another")
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        if not self.shape:
+            raise NotArrayLevel("writing into a scalar")
         self._writable("writing into")
         if isinstance(index, ArrayValue):
             if index.dtype != np.bool_ or np.ndim(value) != 0:
@@ -354,7 +403,7 @@ class ArrayValue:
             new = self.trace.record(X.setitem(_index(self, index)), [self, value])
         if new.shape != self.shape:
             raise NotArrayLevel("a masked write that changes the shape")
-        self.slot = new.slot
+        self._assign(new)
 
     def _inplace(self, name: str, other: Any) -> ArrayValue:
         self._writable("updating in place")
@@ -364,7 +413,9 @@ class ArrayValue:
                 f"non-broadcastable output operand with shape {self.shape} doesn't match "
                 f"the broadcast shape {new.shape}"
             )
-        self.slot = new.slot
+        if not self.shape and self.base is None and self.kind != "made":
+            return new  # (a NumPy scalar, as z[0] and np.sum give: += makes a new one)
+        self._assign(new)
         return self
 
     # ---- NumPy's protocols

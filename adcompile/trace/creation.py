@@ -49,7 +49,9 @@ def _wrapper(name: str) -> Callable:
         arr = fill(*args, **kwargs)
         if not isinstance(arr, np.ndarray) or arr.dtype != np.float64:
             return arr
-        return rec.const(arr)
+        made = rec.const(arr)
+        made.kind = "made"  # (a 0-d one too is an array, written in place)
+        return made
 
     return make
 

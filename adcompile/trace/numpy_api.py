@@ -326,7 +326,12 @@ def reshape(a, shape=None, order="C", *, newshape=None, copy=None):  # noqa: ANN
     if order != "C":
         raise NotArrayLevel(f"np.reshape(..., order={order!r}) at array level")
     x = _as(a)
-    return x.viewed_as(A.reshape(_resolve(shape if shape is not None else newshape, x.size)))
+    new = _resolve(shape if shape is not None else newshape, x.size)
+    return x.viewed_as(
+        A.reshape(new),
+        lambda p: np.reshape(p, new),
+        lambda base, v: base.trace.record(A.reshape(base.shape), [v]),
+    )
 
 
 @_handles(np.ravel)
@@ -338,7 +343,12 @@ def ravel(a, order="C"):  # noqa: ANN001, ANN201
 def transpose(a, axes=None):  # noqa: ANN001, ANN201
     x = _as(a)
     axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(int(i) % x.ndim for i in axes)
-    return x.viewed_as(A.transpose(axes))
+    undo = tuple(int(k) for k in np.argsort(axes))
+    return x.viewed_as(
+        A.transpose(axes),
+        lambda p: np.transpose(p, axes),
+        lambda base, v: base.trace.record(A.transpose(undo), [v]),
+    )
 
 
 @_handles(np.swapaxes)
@@ -374,7 +384,8 @@ def squeeze(a, axis=None):  # noqa: ANN001, ANN201
 def broadcast_to(array, shape, subok=False):  # noqa: ANN001, ANN201
     x = _as(array)
     shape = (shape,) if isinstance(shape, (numbers.Integral, np.integer)) else tuple(shape)
-    return x.viewed_as(A.broadcast_to(tuple(int(n) for n in shape)))
+    shape = tuple(int(n) for n in shape)
+    return x.viewed_as(A.broadcast_to(shape), lambda p: np.broadcast_to(p, shape), None)
 
 
 @_handles(np.concatenate)
