@@ -406,3 +406,19 @@ def test_sympy_forms_of_the_new_ops_differentiate_as_the_rules_and_map_back():
     assert limit_at(sympy.diff(a**b, a), {a: 0.0, b: 2.0}) == (0.0, "limit a -> 0")
     assert limit_at(a * b, {a: 2.0, b: 3.0}) == (6.0, "")
     assert math.isnan(limit_at(1 / a, {a: 0.0})[0])  # no finite limit: nan
+
+
+def test_in_on_a_set_or_dict_is_refused_a_tuple_is_guarded():
+    # a set or dict looks a float up by its hash, which a traced Value (hashed by
+    # identity) cannot match: refused by name, not answered "absent"
+    for f in (
+        lambda x: x * 2.0 if x in {1.0, 2.0} else -x,
+        lambda x: x * {1.0: 5.0}.get(x, 0.5),
+    ):
+        with pytest.raises(TypeError, match=r"hash\(\) of a traced Value.*x in \(1\.0, 2\.0\)"):
+            ad.grad(f)(1.0)
+    g = ad.value_and_grad(lambda x: x * 2.0 if x in (1.0, 2.0) else -x)  # (== on each)
+    for x in (1.0, 3.0, 2.0, -1.0):
+        assert g(x) == ((2.0 * x, 2.0) if x in (1.0, 2.0) else (-x, -1.0))
+    v = ad.Value(1.0)
+    assert v in {v} and len({v, ad.Value(1.0)}) == 2  # (outside a trace: identity)

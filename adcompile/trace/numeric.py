@@ -47,7 +47,9 @@ class Numeric:
     # == and != follow the floats too (a guard while tracing), as a branch on
     # ``x == 0.5`` must; hash() stays object identity, as in micrograd and
     # PyTorch, so Values still live in sets and dicts (a set lookup compares
-    # hashes first, and distinct Values never share one).
+    # hashes first, and distinct Values never share one). While tracing, a hash
+    # is refused: ``x in {1.0, 2.0}`` and ``d.get(x)`` look a float up by its
+    # hash, which an identity cannot match, and would silently answer "absent".
 
     def __eq__(self, other: Any) -> bool:
         if isinstance(other, (Numeric, numbers.Real)):
@@ -59,7 +61,16 @@ class Numeric:
             return self._compare("!=", other)
         return NotImplemented
 
-    __hash__ = object.__hash__
+    def __hash__(self) -> int:
+        if MODE.get().trace is not None:
+            raise TypeError(
+                "hash() of a traced Value (a set or dict key, or `in` on a set or dict): "
+                "its hash is its identity, so `x in {1.0, 2.0}` or `d.get(x)` would not "
+                "find the float it holds. Compare with == instead (`x == 1.0 or x == "
+                "2.0`, or `x in (1.0, 2.0)`: a tuple compares with ==, guarded), or look "
+                "up x.data"
+            )
+        return object.__hash__(self)
 
     def __bool__(self) -> bool:
         """Truthiness of the float (``x != 0``), guarded while tracing."""

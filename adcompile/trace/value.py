@@ -437,7 +437,7 @@ def topological_order(roots: Iterable[Value], before: int | None = None) -> list
     ``before``, a Value made before that serial is taken as it is (a leaf):
     a trace does not look behind what existed before it started.
     """
-    seen: set[Value] = set()
+    seen: set[int] = set()  # (ids: a Value's hash is refused while tracing)
     found: list[Value] = []
     stack = list(roots)
     pop, push, extend, add, keep = stack.pop, stack.append, stack.extend, seen.add, found.append
@@ -445,8 +445,8 @@ def topological_order(roots: Iterable[Value], before: int | None = None) -> list
         before = -1
     while stack:
         v = pop()
-        if v not in seen:
-            add(v)
+        if id(v) not in seen:
+            add(id(v))
             keep(v)
             if v._serial < before:
                 continue
