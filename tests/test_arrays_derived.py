@@ -129,15 +129,24 @@ def test_jvp_gives_the_value_and_the_directional_derivative() -> None:
         np.testing.assert_allclose(tangent[o], want, rtol=1e-6, atol=1e-8)
 
 
-def test_a_rule_without_a_second_derivative_goes_element_by_element() -> None:
-    f = lambda x: np.prod(x[:5]) + np.sum(x**3)  # noqa: E731  (prod's rule has none)
+@pytest.mark.parametrize("zero", [False, True])
+def test_second_derivatives_of_prod_at_array_level(zero: bool) -> None:
+    # prod's derivative (the product of the others) has its own: its derivative along
+    # a vector, whose matrix is symmetric, so it is its adjoint too (exact at a zero)
+    def f(x):  # noqa: ANN001, ANN202
+        return np.prod(x[:5]) + np.sum(np.prod(np.tanh(x.reshape(3, 4)), axis=1) ** 2)
+
     x, v = RNG.normal(size=12), RNG.normal(size=12)
-    hvp = ad.hvp(f)
-    got = hvp(x, v)
-    assert hvp.array_refused is not None and "prod" in hvp.array_refused
+    if zero:
+        x[2] = 0.0
+    hvp, hess = ad.hvp(f), ad.hessian(f)
+    got, h = hvp(x, v), hess(x)
+    assert _array_code(hvp) and _array_code(hess)
     want = central_diff(lambda t: ad.grad(f)(x + t[0] * v), [0.0], [1.0])
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
-    assert "prod" in ad.explain(hvp)
+    np.testing.assert_allclose(h @ v, got, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(h, h.T, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(h, _elementwise(hess)(x), rtol=1e-10, atol=1e-12)
 
 
 def only_on_arrays(x):  # noqa: ANN001, ANN201

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .array_values import prod_of_others
+from .array_values import others_tangent, prod_of_others
 from .arrays import CACHE, ArrayOp, LoopForm, Shape, broadcast, shape_of
 from .loop_forms import broadcast_index, others_statement, unit_reshape
 from .ops import OPS
@@ -303,16 +303,17 @@ def _batch_reduce(make: Callable, x: Any, axes: Any, keepdims: bool, *kind: str)
     return make(*kind, moved, keepdims)(x) if moved else x
 
 
-def _no_second(name: str) -> Callable:
+def _none_yet(what: str) -> Callable:
     def rule(g: Any, out: Any, *args: Any) -> Any:
-        raise NotImplementedError(f"adcompile: no second derivative of {name} on arrays yet")
+        raise NotImplementedError(f"adcompile: no {what} on arrays yet")
 
     return rule
 
 
 def others(axes: tuple[int, ...] | None) -> ArrayOp:
     """The product of the other elements along ``axes``, each in its place (``prod``'s
-    derivative)."""
+    derivative). Its derivative along ``t`` is ``others_dot(axes)(x, t)``, which is
+    its adjoint too (prod's Hessian is symmetric)."""
     return CACHE.get(
         ("others", axes),
         lambda: ArrayOp(
@@ -320,9 +321,10 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
             1,
             lambda x: prod_of_others(x, axes),
             f"prod_of_others({{0}}, {axes!r})",
-            (_no_second("prod"),),
+            (lambda g, out, x: others_dot(axes)(x, g),),
             lambda s: s,
             constants={"prod_of_others": prod_of_others},
+            jvp=lambda ts, out, x: others_dot(axes)(x, ts[0]),
             loop=LoopForm(
                 statement=others_statement(None if axes is None else axes[0]),
                 fits=lambda s: axes is None or len(axes) == 1,
@@ -330,6 +332,31 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
             batch=lambda args, mapped: _batch_reduce(
                 lambda moved, _: others(moved), args[0], axes, False
             ),
+        ),
+    )
+
+
+def others_dot(axes: tuple[int, ...] | None) -> ArrayOp:
+    """``others(axes)``'s derivative at ``x`` along ``t`` (``array_values.others_tangent``):
+    linear in ``t`` with a symmetric matrix, so its adjoint in ``t`` is itself; it
+    has no derivative in ``x`` (prod's third) at array level."""
+
+    def batch(args: Sequence[Any], mapped: Sequence[bool]) -> Any:
+        n = points(args, mapped)
+        x, t = (a if m else spread(a, n) for a, m in zip(args, mapped))
+        return others_dot(moved_axes(axes, len(shape_of(x)) - 1))(x, t)
+
+    return CACHE.get(
+        ("others_dot", axes),
+        lambda: ArrayOp(
+            f"others_tangent[{axes!r}]",
+            2,
+            lambda x, t: others_tangent(x, t, axes),
+            f"others_tangent({{0}}, {{1}}, {axes!r})",
+            (_none_yet("third derivative of prod"), lambda g, out, x, t: others_dot(axes)(x, g)),
+            lambda sx, st: sx,
+            constants={"others_tangent": others_tangent},
+            batch=batch,
         ),
     )
 

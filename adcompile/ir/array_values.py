@@ -1,6 +1,7 @@
 """What the NumPy code of array ops calls at run time, beside NumPy itself: a
-functional update (``updated``), an add at an index (``added_at``) and the product
-of the others (``prod_of_others``, ``np.prod``'s derivative). Plain NumPy: they run
+functional update (``updated``), an add at an index (``added_at``), the product
+of the others (``prod_of_others``, ``np.prod``'s derivative) and its derivative
+along a vector (``others_tangent``). Plain NumPy: they run
 on float arrays, and on arrays of Values where an array tape is expanded into
 elements (``api.tracing.trace_expanded``).
 """
@@ -27,6 +28,30 @@ def prod_of_others(x: Any, axes: tuple[int, ...] | None) -> np.ndarray:
     rev = flat[..., ::-1]
     right = np.cumprod(np.concatenate([np.ones_like(rev[..., :1]), rev[..., :-1]], -1), -1)
     return _from_last(left * right[..., ::-1], np.shape(x), axes)
+
+
+def others_tangent(x: Any, t: Any, axes: tuple[int, ...] | None) -> np.ndarray:
+    """The derivative of ``prod_of_others(x, axes)`` along ``t``: each element's sum,
+    over the others k, of ``t[k]`` times the product of the rest. Products from
+    the left and the right with their derivatives, carried along the axis (no
+    division: exact where ``x`` holds zeros). Its matrix is symmetric (prod's
+    Hessian), so it is its own transpose: the adjoint of ``prod_of_others`` too."""
+    kind = _float(x, t)
+    xs = _to_last(np.asarray(x, dtype=kind), axes)
+    ts = _to_last(np.broadcast_to(np.asarray(t, dtype=kind), np.shape(x)), axes)
+    n = xs.shape[-1]
+    left, dleft = np.ones(xs.shape[:-1], dtype=kind), np.zeros(xs.shape[:-1], dtype=kind)
+    lefts = []
+    for j in range(n):  # (the products of those before j, and their derivatives)
+        lefts.append((left, dleft))
+        left, dleft = left * xs[..., j], dleft * xs[..., j] + left * ts[..., j]
+    out = np.empty(xs.shape, dtype=kind)
+    right, dright = np.ones_like(left), np.zeros_like(left)
+    for j in range(n - 1, -1, -1):
+        left, dleft = lefts[j]
+        out[..., j] = dleft * right + left * dright
+        right, dright = right * xs[..., j], dright * xs[..., j] + right * ts[..., j]
+    return _from_last(out, np.shape(x), axes)
 
 
 def _to_last(x: np.ndarray, axes: tuple[int, ...] | None) -> np.ndarray:
