@@ -513,3 +513,15 @@ def test_isnan_of_a_traced_array_is_guarded_element_by_element(n: int) -> None:
         assert v == pytest.approx(f(point), rel=1e-12)  # nan: 1.0, gradient 0; else 2 x
         want = np.zeros(n) if np.isnan(point).any() else 2 * point
         np.testing.assert_allclose(g, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("n", [5, 300])
+def test_scipy_expit_is_the_sigmoid(n: int) -> None:
+    expit = pytest.importorskip("scipy.special").expit  # (a ufunc named expit)
+    x = RNG.normal(size=n)
+    vg = ad.value_and_grad(lambda x: np.sum(expit(x) ** 2))
+    v, g = vg(x)
+    s = 1.0 / (1.0 + np.exp(-x))  # by hand: d/dx s^2 = 2 s^2 (1 - s)
+    assert v == pytest.approx(np.sum(s**2), rel=1e-12)
+    np.testing.assert_allclose(g, 2 * s * s * (1 - s), rtol=1e-12)
+    assert vg.array_refused is None

@@ -446,6 +446,7 @@ defop(
     domain=(-6.0, 6.0),
     c="(1.0 / (1.0 + exp(-{0})))",
     array=_sigmoid_array,
+    ufuncs=("expit",),  # (scipy.special.expit, a ufunc of that name)
 )
 defop(
     "softplus",
