@@ -501,3 +501,18 @@ def test_another_threads_draw_while_tracing_is_not_the_functions():
     finally:
         stop.set()
         thread.join()
+
+
+@pytest.mark.parametrize("n", [3, 300])  # (element by element, and at array level)
+def test_a_generator_seeded_from_the_os_inside_is_refused_a_seeded_one_is_not(n: int):
+    x = np.linspace(0.0, 1.0, n)
+    for f in (
+        lambda x: np.sum(x * np.random.default_rng().standard_normal(len(x))),
+        lambda x: np.sum(x * np.random.Generator(np.random.PCG64()).normal(size=len(x))),
+    ):
+        with pytest.raises(ad.RandomDrawError, match="seeded from the operating system"):
+            ad.jit(f)(x)
+    seeded = lambda x: np.sum(x * np.random.default_rng(5).standard_normal(len(x)))  # noqa: E731
+    jf = ad.jit(seeded)
+    for point in (x, x[::-1] * 2.0):  # (the same draws at each call, as plain Python's)
+        assert jf(point) == pytest.approx(seeded(point), rel=1e-12)

@@ -7,7 +7,11 @@ generator object the function reaches from outside, found by
 ``adcompile.captures``) before and after, and raises :class:`RandomDrawError`
 naming the draw when one moved. A global generator is shared by every thread:
 where another thread ran, a move is checked by tracing once more
-(:func:`once_more_if_shared`).
+(:func:`once_more_if_shared`). A generator the function makes itself with no
+seed (``np.random.default_rng()``) draws its seed from the operating system:
+NumPy asks for that entropy through ``numpy.random.bit_generator.randbits``,
+which is wrapped here to count the asks of each thread, so such a generator
+made while tracing is refused too.
 """
 
 from __future__ import annotations
@@ -22,6 +26,27 @@ import numpy as np
 
 #: Generator objects whose state a trace watches when a function reaches them.
 GENERATOR_TYPES = (np.random.Generator, np.random.RandomState, random.Random)
+
+
+_asks = threading.local()  # .count: the asks for the OS's entropy of this thread
+
+
+def _counted(randbits: Callable[[int], int]) -> Callable[[int], int]:
+    @functools.wraps(randbits)
+    def asked(k: int) -> int:
+        _asks.count = getattr(_asks, "count", 0) + 1
+        return randbits(k)
+
+    return asked
+
+
+try:  # (NumPy's SeedSequence() with no entropy given asks it of this function)
+    from numpy.random import bit_generator as _bit_generator
+
+    if callable(getattr(_bit_generator, "randbits", None)):
+        _bit_generator.randbits = _counted(_bit_generator.randbits)
+except ImportError:  # pragma: no cover  (another NumPy: unseeded generators go unseen)
+    pass
 
 
 class RandomDrawError(RuntimeError):
@@ -79,10 +104,19 @@ class Watch:
             *generators,
         ]
         self.before = [_state(g) for _, g in self.gens]
+        self.asks = getattr(_asks, "count", 0)
 
     def check(self, fname: str, names: frozenset[str] = frozenset()) -> None:
         """Raise :class:`RandomDrawError` if a generator moved since; ``names``: the
         attribute names the function's code reads, to name the draw."""
+        if getattr(_asks, "count", 0) != self.asks:
+            raise RandomDrawError(
+                f"{fname}() made a random generator seeded from the operating system "
+                "(np.random.default_rng() with no seed, or a SeedSequence() of none) while "
+                "it was traced: the compiled code would repeat its draws at every call. "
+                "Draw the random numbers outside the function and pass them in as an "
+                "argument, or give the generator a seed"
+            )
         for (what, gen), state in zip(self.gens, self.before):
             if not _same(_state(gen), state):
                 calls = _draws(names, gen)
