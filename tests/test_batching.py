@@ -199,3 +199,32 @@ def test_random_numpy_programs_mapped_over_points(steps, end, n, seed, monkeypat
     v, g = vm(pts)
     assert _batched(vm)
     _held(f, pts, v, g)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda s, w: np.prod(s) * np.sum(w),  # (a point that is a number: its prod is s)
+        lambda s, w: np.prod(s * s) * np.sum(w) + np.sum(w * (np.sum(s > 0) - np.sum(s < 0))),
+        lambda s, w: np.sum(np.prod(w[:3] * s, axis=()) * w[:3]) + np.max(s) * np.min(w),
+    ],
+)
+def test_points_that_are_numbers_reduce_over_no_axes(f) -> None:  # noqa: ANN001
+    """A reduction over all of a point that is a number reduces over no axes of the
+    batch (``axis=()``, not the operand itself: a sum of booleans counts, the
+    product of no others is 1), so values, gradients and Hessian-vector products
+    are each point's."""
+    s, w = RNG.normal(size=5), RNG.normal(size=300)
+    vm = ad.vmap(ad.value_and_grad(f, argnums=(0, 1)), in_axes=(0, None))
+    v, (gs, gw) = vm(s, w)
+    assert _batched(vm)
+    hv = ad.vmap(ad.hvp(f), in_axes=(0, None, None))(s, 1.0, w)
+    one = ad.value_and_grad(f, argnums=(0, 1))
+    for p in range(5):
+        pv, (pgs, pgw) = one(s[p], w)
+        assert v[p] == pytest.approx(f(s[p], w), rel=1e-12)
+        assert gs[p] == pytest.approx(central_diff(lambda t: f(t[0], w), [s[p]], [1.0]), rel=1e-6)
+        assert gs[p] == pytest.approx(pgs, rel=1e-12) and hv[p] == pytest.approx(
+            central_diff(lambda t: one(s[p] + t[0], w)[1][0], [0.0], [1.0]), rel=1e-5, abs=1e-7
+        )
+        np.testing.assert_allclose(gw[p], pgw, rtol=1e-12, atol=1e-14)

@@ -298,9 +298,9 @@ def reduce(kind: str, axes: tuple[int, ...] | None, keepdims: bool) -> ArrayOp:
 
 def _batch_reduce(make: Callable, x: Any, axes: Any, keepdims: bool, *kind: str) -> Any:
     """A reduction (``make(*kind, axes, keepdims)``) of mapped ``x``, over its points'
-    ``axes`` (none: ``x`` itself)."""
-    moved = moved_axes(axes, len(shape_of(x)) - 1)
-    return make(*kind, moved, keepdims)(x) if moved else x
+    ``axes``; over none where a point has none (a number: NumPy's ``axis=()``, which
+    is not ``x`` itself: a sum of booleans counts, the product of no others is 1)."""
+    return make(*kind, moved_axes(axes, len(shape_of(x)) - 1), keepdims)(x)
 
 
 def _none_yet(what: str) -> Callable:
@@ -325,10 +325,9 @@ def others(axes: tuple[int, ...] | None) -> ArrayOp:
             lambda s: s,
             constants={"prod_of_others": prod_of_others},
             jvp=lambda ts, out, x: others_dot(axes)(x, ts[0]),
-            loop=LoopForm(
-                statement=others_statement(None if axes is None else axes[0]),
-                fits=lambda s: axes is None or len(axes) == 1,
-            ),
+            loop=None
+            if axes is not None and len(axes) != 1
+            else LoopForm(statement=others_statement(None if axes is None else axes[0])),
             batch=lambda args, mapped: _batch_reduce(
                 lambda moved, _: others(moved), args[0], axes, False
             ),
