@@ -228,3 +228,25 @@ def test_points_that_are_numbers_reduce_over_no_axes(f) -> None:  # noqa: ANN001
             central_diff(lambda t: one(s[p] + t[0], w)[1][0], [0.0], [1.0]), rel=1e-5, abs=1e-7
         )
         np.testing.assert_allclose(gw[p], pgw, rtol=1e-12, atol=1e-14)
+
+
+def test_static_arguments_and_integer_data_shared_by_every_point() -> None:
+    """A static argument (static_argnums) or an integer array (data: labels) given to
+    every point (in_axes None) is a constant of the code, as in a plain call."""
+    X = RNG.normal(size=(4, 6))  # noqa: N806
+    vm = ad.vmap(ad.jit(lambda x, k: np.sum(x[:k] ** 2), static_argnums=(1,)), in_axes=(0, None))
+    for k in (2, 3):
+        np.testing.assert_allclose(vm(X, k), np.sum(X[:, :k] ** 2, axis=1), rtol=1e-13)
+    with pytest.raises(ValueError, match="static.*in_axes None"):
+        ad.vmap(ad.jit(lambda x, k: np.sum(x[:k]), static_argnums=(1,)), in_axes=(0, 0))(
+            X, np.arange(4)
+        )
+    W, y = RNG.normal(size=(6, 3)), RNG.integers(0, 3, 5)  # noqa: N806
+
+    def loss(W, X, y):  # noqa: ANN001, ANN202, N803
+        return -np.mean((X @ W)[np.arange(len(y)), y])
+
+    Xs = RNG.normal(size=(4, 5, 6))  # noqa: N806
+    got = ad.vmap(ad.grad(loss), in_axes=(None, 0, None))(W, Xs, y)
+    for g, x in zip(got, Xs):  # by hand: -x^T onehot(y) / n
+        np.testing.assert_allclose(g, -x.T @ np.eye(3)[y] / 5, rtol=1e-12, atol=1e-15)

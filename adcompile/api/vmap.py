@@ -123,8 +123,8 @@ class Vmapped:
                 for p in range(n)
             ]
             return _stack(results)
+        inner, moved, axes = _over_leaves(self.inner, moved, axes)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
-        inner = self.inner
         inner.check_captures()
         caps = inner.captures
         spec, key = inner.spec_for(example)
@@ -230,6 +230,28 @@ def _run_batched(
         for a, k, slot in zip(args, kinds, tape.inputs)
     ]
     return run_batched(program, tape, shaped, n), np.ones(n, dtype=np.bool_)
+
+
+def _over_leaves(inner: Transformed, moved: list, axes: list) -> tuple[Transformed, list, list]:
+    """The transform and arguments a call runs with where it has static arguments
+    (``static_argnums``, integer arrays that are data): the transform over the
+    others, made for the static ones' values, which every point shares."""
+    from ..trace import arguments
+
+    example = tuple(m[0] if ax is not None else m for m, ax in zip(moved, axes))
+    if any(ax is not None and arguments.int_data(np.asarray(m)) for m, ax in zip(moved, axes)):
+        return inner, moved, axes  # (integer data that differs per point: as numbers)
+    front = inner.plan_call(example)
+    if front is None or front[0] is None or any(t != arguments.LEAF for t in front[1].trees):
+        return inner, moved, axes
+    variant, plan, _ = front
+    for p, ax in enumerate(axes):
+        if p not in plan.dynamic and ax is not None:
+            raise ValueError(
+                f"vmap: argument {p} is static (static_argnums, or an integer array) and "
+                "so the same at every point; map it with in_axes None"
+            )
+    return variant, [moved[p] for p in plan.dynamic], [axes[p] for p in plan.dynamic]
 
 
 def _run_rows(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) -> tuple:
