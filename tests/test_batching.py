@@ -9,6 +9,8 @@ tests also check that the batched program ran, not the point-by-point loop.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from conftest import central_diff
@@ -33,7 +35,7 @@ def _small_arrays_at_array_level(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _batched(vm: ad.vmap) -> bool:
     """Whether the last call of ``vm`` ran one batched program."""
-    return list(vm._batched.values())[-1] is not None
+    return list(vm._batched.values())[-1][1] is not None
 
 
 def _by_elements(f):  # noqa: ANN001, ANN202
@@ -248,5 +250,27 @@ def test_static_arguments_and_integer_data_shared_by_every_point() -> None:
 
     Xs = RNG.normal(size=(4, 5, 6))  # noqa: N806
     got = ad.vmap(ad.grad(loss), in_axes=(None, 0, None))(W, Xs, y)
-    for g, x in zip(got, Xs):  # by hand: -x^T onehot(y) / n
+    values, grads = ad.vmap(ad.value_and_grad(loss), in_axes=(None, 0, None))(W, Xs, y)
+    for g, g2, v, x in zip(got, grads, values, Xs):  # by hand: -x^T onehot(y) / n
         np.testing.assert_allclose(g, -x.T @ np.eye(3)[y] / 5, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(g2, g, rtol=1e-13, atol=1e-15)
+        assert v == pytest.approx(loss(W, x, y), rel=1e-12)
+
+
+class _Config:
+    rows = 2
+
+
+def test_a_change_traced_again_is_batched_again() -> None:
+    """What the function reads from outside and compiles in (an attribute steering a
+    slice) changes: it is traced again, and the points run that new code."""
+    cfg = _Config()
+    vm = ad.vmap(ad.jit(lambda x: np.sum(x[: cfg.rows] ** 2)))
+    X = RNG.normal(size=(4, 6))  # noqa: N806
+    for rows in (2, 3, 2):
+        cfg.rows = rows
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ad.RetraceWarning)
+            got = vm(X)
+        assert _batched(vm)
+        np.testing.assert_allclose(got, np.sum(X[:, :rows] ** 2, axis=1), rtol=1e-13)

@@ -58,8 +58,8 @@ class Vmapped:
             self.inner.array_level = False
         self.in_axes = in_axes
         self.device = device
-        # array code batched, by (specialisation, points, kinds): (program, tape), or
-        # None where it does not batch
+        # array code batched, by (id of the compiled program, points, kinds): (that
+        # program, (batched program, tape) or None where it does not batch)
         self._batched: dict[tuple, Any] = {}
         functools.update_wrapper(self, fun, updated=())
 
@@ -123,7 +123,7 @@ class Vmapped:
                 for p in range(n)
             ]
             return _stack(results)
-        inner, moved, axes = _over_leaves(self.inner, moved, axes)
+        inner, moved, axes, regroup = _over_leaves(self.inner, moved, axes)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
         inner.check_captures()
         caps = inner.captures
@@ -166,7 +166,7 @@ class Vmapped:
             point = [m[p] if ax is not None else m for m, ax in zip(moved, axes)]
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
-        return assemble(layout.tree, parts)
+        return regroup(assemble(layout.tree, parts))
 
     def _batched_program(
         self, spec: Any, key: Any, kinds: list[str], n: int, point: list[Any]
@@ -178,13 +178,13 @@ class Vmapped:
         from ..diff.batching import batch_tape
         from ..ir.arrays import NotBatched
 
-        memo = (key, n, tuple(kinds))
+        compiled = spec.compiled  # (by its identity: a trace again makes another)
+        memo = (id(compiled), n, tuple(kinds))
         if memo not in self._batched:
-            compiled = spec.compiled
             tape = compiled.visit(_ArrayTape())  # (of batch-generic code: its first length)
             shapes = None if tape is None else [tape.shapes[slot] for slot in tape.inputs]
             if shapes != [np.shape(a) for a in point]:
-                self._batched[memo] = None  # (a Jacobian's basis loop; another length)
+                self._batched[memo] = (compiled, None)  # (a Jacobian's basis loop ...)
                 return None
             try:
                 code = batch_tape(tape, [k != "same" for k in kinds], n)
@@ -195,8 +195,8 @@ class Vmapped:
                 made = ArrayCompiled(code, compiled.params, "vmapped", doc), tape
             if len(self._batched) >= 16:
                 self._batched.pop(next(iter(self._batched)))
-            self._batched[memo] = made
-        return self._batched[memo]
+            self._batched[memo] = (compiled, made)  # (held: its id is not reused)
+        return self._batched[memo][1]
 
 
 class _ArrayTape:
@@ -232,26 +232,37 @@ def _run_batched(
     return run_batched(program, tape, shaped, n), np.ones(n, dtype=np.bool_)
 
 
-def _over_leaves(inner: Transformed, moved: list, axes: list) -> tuple[Transformed, list, list]:
+def _over_leaves(inner: Transformed, moved: list, axes: list) -> tuple:
     """The transform and arguments a call runs with where it has static arguments
     (``static_argnums``, integer arrays that are data): the transform over the
-    others, made for the static ones' values, which every point shares."""
+    others, made for the static ones' values, which every point shares; and what
+    makes its results the transform's (its gradients come as a tuple)."""
     from ..trace import arguments
+
+    def same(result: Any) -> Any:
+        return result
 
     example = tuple(m[0] if ax is not None else m for m, ax in zip(moved, axes))
     if any(ax is not None and arguments.int_data(np.asarray(m)) for m, ax in zip(moved, axes)):
-        return inner, moved, axes  # (integer data that differs per point: as numbers)
+        return inner, moved, axes, same  # (integer data that differs per point: numbers)
     front = inner.plan_call(example)
     if front is None or front[0] is None or any(t != arguments.LEAF for t in front[1].trees):
-        return inner, moved, axes
+        return inner, moved, axes, same
     variant, plan, _ = front
+
+    def regroup(result: Any) -> Any:
+        if inner.mode == "jit" or inner.many:
+            return result
+        return result[0] if inner.mode == "grad" else (result[0], result[1][0])
+
     for p, ax in enumerate(axes):
         if p not in plan.dynamic and ax is not None:
             raise ValueError(
                 f"vmap: argument {p} is static (static_argnums, or an integer array) and "
                 "so the same at every point; map it with in_axes None"
             )
-    return variant, [moved[p] for p in plan.dynamic], [axes[p] for p in plan.dynamic]
+    dynamic = plan.dynamic
+    return variant, [moved[p] for p in dynamic], [axes[p] for p in dynamic], regroup
 
 
 def _run_rows(spec: Any, kinds: list[str], args: list[Any], n: int, n_out: int) -> tuple:
