@@ -90,6 +90,19 @@ def _scalars_stay_numbers(x):  # noqa: ANN001, ANN202
     return t * 2.0 + s + np.sum(b**2)
 
 
+def _zero_d_and_astype(x):  # noqa: ANN001, ANN202
+    z = np.zeros(())  # (a 0-d array is written into, as any array)
+    w = z
+    z[()] = x[1]
+    z[...] += x[0] ** 2
+    y = np.zeros(len(x))
+    same = y.astype(np.float64, copy=False)  # (NumPy: y itself)
+    same[0] = x[2]
+    other = y.astype(np.float64)  # (a copy)
+    other[1] = 100.0
+    return np.sum(w * x) + np.sum(y * x) + other[0]
+
+
 @pytest.mark.parametrize("n", [12, 300])
 @pytest.mark.parametrize(
     "f",
@@ -99,6 +112,7 @@ def _scalars_stay_numbers(x):  # noqa: ANN001, ANN202
         _in_place_on_slices,
         _through_views,
         _scalars_stay_numbers,
+        _zero_d_and_astype,
     ],
 )
 def test_writes_through_views_and_in_place(f, n: int) -> None:  # noqa: ANN001

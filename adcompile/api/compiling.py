@@ -457,6 +457,13 @@ def _numpys_refusal(fname: str, why: str, e: Exception) -> Exception:
     dtype, a ufunc with no object loop, a recursion) after the array level refused
     ``why``, an error that says both."""
     text = str(e)
+    if "it would change the caller's array" in why and isinstance(e, TypeError):
+        what = why.split(" (")[0].replace("writing", "writes").replace("updating", "updates")
+        return TypeError(
+            f"{fname}() {what}: the compiled code would not change the "
+            "caller's array, and tracing it element by element failed too "
+            f"({type(e).__name__}: {text[:160]}). Write into a copy (x = x.copy()) instead"
+        )
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

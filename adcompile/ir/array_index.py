@@ -131,6 +131,8 @@ def index_text(index: tuple, names: dict[int, str]) -> str:
             parts.append(names[k])
         else:
             parts.append(str(item))
+    if not parts:
+        return "()"  # (a 0-d array's one element)
     return ", ".join(parts) if len(parts) != 1 else parts[0] + ","
 
 

@@ -392,8 +392,8 @@ class ArrayValue:
             raise NotArrayLevel(f"{what} an argument (it would change the caller's array)")
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not self.shape:
-            raise NotArrayLevel("writing into a scalar")
+        if not self.shape and self.base is None and self.kind != "made":
+            raise NotArrayLevel("writing into a scalar")  # (a NumPy number: NumPy refuses)
         self._writable("writing into")
         if isinstance(index, ArrayValue):
             if index.dtype != np.bool_ or np.ndim(value) != 0:
@@ -490,7 +490,10 @@ class ArrayValue:
 
     def astype(self, dtype: Any, *a: Any, **k: Any) -> ArrayValue:
         if np.dtype(dtype) == np.float64:  # (other dtypes round: their values differ)
-            return self.copy() if self.dtype.kind == "f" else self * 1.0
+            copy = k.get("copy", a[3] if len(a) > 3 else True)
+            if self.dtype.kind != "f":
+                return self * 1.0
+            return self.copy() if copy else self  # (copy=False: the array itself, as NumPy)
         raise NotArrayLevel(f"astype({np.dtype(dtype)}) of a traced array")
 
 
