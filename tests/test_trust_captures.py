@@ -516,3 +516,25 @@ def test_a_generator_seeded_from_the_os_inside_is_refused_a_seeded_one_is_not(n:
     jf = ad.jit(seeded)
     for point in (x, x[::-1] * 2.0):  # (the same draws at each call, as plain Python's)
         assert jf(point) == pytest.approx(seeded(point), rel=1e-12)
+
+
+def test_a_branch_on_a_parameters_data_is_guarded():
+    """compile_loss over a model's parameters: a branch on ``p.data`` is guarded as one
+    on ``p`` is (it was compiled in, and a later value took the traced branch's
+    answer), and a set lookup of ``p.data`` is refused by name."""
+    p = ad.Value(0.5)
+
+    def loss(d):
+        return p * 2.0 if p.data > 0.7 else p * 3.0
+
+    step = ad.compile_loss(loss, [p])
+    for value in (0.5, 1.0, 0.2, 0.9):
+        p.data = value
+        got = step(np.zeros(1))
+        p.grad = 0.0
+        want = loss(0)
+        assert got.data == want.data  # (2 p past 0.7, 3 p below)
+    p.data = 0.5
+    lookup = ad.compile_loss(lambda d: p * 2.0 if p.data in {1.0, 2.0} else p * 3.0, [p])
+    with pytest.raises(TypeError, match=r"hash\(\) of a traced Value's \.data.*in \(1\.0, 2\.0\)"):
+        lookup(np.zeros(1))

@@ -217,11 +217,11 @@ def trace_call(
     draws = randomness.Watch(generators)
     try:
         with tracing(sites) as state:
-            for v in inputs:
+            for v in (*leaves, *inputs):
                 traced_float(v)  # (a branch on x.data is guarded, as one on x is)
             out = f(*traced)
     finally:
-        for v in outer or ():
+        for v in (*leaves, *(outer or ())):
             v.data = float(v.data)
     draws.check(fname, captures.code_names(f))
     if multi:

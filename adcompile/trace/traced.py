@@ -87,7 +87,20 @@ class TracedFloat(float):
     def __ne__(self, other: Any) -> Any:
         return self._guard("!=", other)
 
-    __hash__ = float.__hash__
+    def __hash__(self) -> int:
+        """The float's hash, but refused in the user's code while tracing: a set or dict
+        lookup that misses (``x.data in {1.0}``) compares nothing, so no guard would
+        keep its "absent" from being compiled in."""
+        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
+            "__name__", ""
+        ).startswith(LIBRARY_FRAMES):
+            raise TypeError(
+                "hash() of a traced Value's .data (a set or dict key, or `in` on a set or "
+                "dict): a lookup that misses compares nothing, so its answer could not be "
+                "guarded. Compare with == instead (`x.data == 1.0 or x.data == 2.0`, or "
+                "`x.data in (1.0, 2.0)`: a tuple compares with ==, guarded)"
+            )
+        return float.__hash__(self)
 
     def __bool__(self) -> bool:
         return bool(self._guard("!=", 0.0))
