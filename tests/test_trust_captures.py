@@ -538,3 +538,18 @@ def test_a_branch_on_a_parameters_data_is_guarded():
     lookup = ad.compile_loss(lambda d: p * 2.0 if p.data in {1.0, 2.0} else p * 3.0, [p])
     with pytest.raises(TypeError, match=r"hash\(\) of a traced Value's \.data.*in \(1\.0, 2\.0\)"):
         lookup(np.zeros(1))
+
+
+@pytest.mark.parametrize(
+    "use",
+    [lambda x: x * float(x.data), lambda x: x * np.exp(x.data), lambda p: p + float(p.data)],
+)
+def test_a_traced_data_used_as_a_number_is_refused(use):
+    """float(x.data), np.exp(x.data): a number of the trace that plain Python reads
+    afresh at each call; refused by name, for an argument and a parameter alike."""
+    with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
+        ad.jit(use)(0.5)
+    p = ad.Value(0.5)
+    with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
+        ad.compile_loss(lambda d: use(p), [p])(np.zeros(1))
+    assert np.isnan(ad.jit(lambda x: x * 2.0 if np.isnan(x.data) else x)(float("nan")))

@@ -105,19 +105,30 @@ class TracedFloat(float):
     def __bool__(self) -> bool:
         return bool(self._guard("!=", 0.0))
 
+    def __float__(self) -> float:
+        """The float, but refused in the user's code while tracing: ``float(x.data)``
+        would be a number of the trace, compiled in where plain Python reads the
+        value of each call."""
+        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
+            "__name__", ""
+        ).startswith(LIBRARY_FRAMES):
+            frozen_data(self)
+        return float.__float__(self)
+
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
         """``np.isnan(x.data)``, ``np.isinf``, ``np.isfinite`` in the user's code while
-        tracing: guarded as on the Value; any other ufunc sees a plain float."""
+        tracing: guarded as on the Value; any other ufunc is refused there (its result
+        would be a number of the trace), and sees a plain float elsewhere."""
         test = PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
-        if (
-            test is not None
-            and MODE.get().trace is not None
-            and not sys._getframe(1).f_globals.get("__name__", "").startswith(LIBRARY_FRAMES)
-        ):
+        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
+            "__name__", ""
+        ).startswith(LIBRARY_FRAMES):
+            if test is None:  # (np.exp(x.data): a number of the trace, compiled in)
+                frozen_data(self)
             owner = self.value()
             if owner is not None:
                 return test(owner)
-        args = [float(a) if type(a) is TracedFloat else a for a in inputs]
+        args = [float.__float__(a) if type(a) is TracedFloat else a for a in inputs]
         return getattr(ufunc, method)(*args, **kwargs)
 
     def __reduce__(self) -> tuple:  # (pickles and copies as a plain float)
