@@ -553,3 +553,34 @@ def test_a_traced_data_used_as_a_number_is_refused(use):
     with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
         ad.compile_loss(lambda d: use(p), [p])(np.zeros(1))
     assert np.isnan(ad.jit(lambda x: x * 2.0 if np.isnan(x.data) else x)(float("nan")))
+
+
+def test_parameters_keep_their_identity_in_sets_and_dicts_inside_a_trace():
+    """A model's parameters are Values in plain Python too: looked up by identity in a
+    dict or set inside the loss (per-parameter decay, frozen layers), as eagerly."""
+    from adcompile.nn import MLP
+
+    m = MLP(2, [4, 1])
+    decay = {p: 1e-2 * (k + 1) for k, p in enumerate(m.parameters())}
+    frozen = set(m.layers[0].parameters())
+
+    def loss(X, Y):  # noqa: N803
+        out = [m(list(x)) for x in X]
+        fit = sum((o - y) ** 2 for o, y in zip(out, Y))
+        return fit + sum(decay[p] * p * p for p in m.parameters() if p not in frozen)
+
+    X, Y = np.array([[0.5, -1.0], [1.0, 2.0]]), np.array([1.0, -1.0])  # noqa: N806
+    step = ad.compile_loss(loss, m.parameters())
+    for _ in range(3):
+        got = step(X, Y)
+        got.backward()  # (adds the compiled gradients into p.grad)
+        grads = [p.grad for p in m.parameters()]
+        for p in m.parameters():
+            p.grad = 0.0
+        want = loss(X, Y)
+        want.backward()
+        assert got.data == pytest.approx(want.data, rel=1e-12)
+        np.testing.assert_allclose(grads, [p.grad for p in m.parameters()], rtol=1e-12)
+        for p in m.parameters():
+            p.data -= 0.1 * p.grad
+            p.grad = 0.0

@@ -27,7 +27,7 @@ from ..trace import captures, randomness
 from ..trace.arguments import param_names
 from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
 from ..trace.creation import new_arrays_in
-from ..trace.mode import tracing
+from ..trace.mode import ARGUMENT, tracing
 from ..trace.tapes import build_tape, graph_roots
 from ..trace.traced import traced_float
 from ..trace.value import (
@@ -217,8 +217,10 @@ def trace_call(
     draws = randomness.Watch(generators)
     try:
         with tracing(sites) as state:
-            for v in (*leaves, *inputs):
-                traced_float(v)  # (a branch on x.data is guarded, as one on x is)
+            called = len(inputs) - len(outer or ())  # (the arguments' numbers; then Values)
+            for k, v in enumerate((*inputs, *leaves)):
+                # (a branch on x.data is guarded, as one on x is)
+                traced_float(v, args=ARGUMENT if k < called else ())
             out = f(*traced)
     finally:
         for v in (*leaves, *(outer or ())):

@@ -78,6 +78,9 @@ def nonfinite_error(
 
 #: The modules whose frames are not the user's code.
 LIBRARY_FRAMES = ("adcompile.", "numpy.")
+#: What a traced argument's ``.data`` (a ``TracedFloat``) holds as its ``args``: the
+#: Value stands for a number the function is called with (a float in plain Python).
+ARGUMENT = ("argument",)
 
 
 def caller_line(depth: int = 2) -> str:

@@ -15,7 +15,7 @@ import numbers
 import operator
 from typing import Any
 
-from .mode import FLOAT_REFUSED, MODE, STATIC_HINT, index_error
+from .mode import ARGUMENT, FLOAT_REFUSED, MODE, STATIC_HINT, index_error
 
 
 class Numeric:
@@ -47,9 +47,11 @@ class Numeric:
     # == and != follow the floats too (a guard while tracing), as a branch on
     # ``x == 0.5`` must; hash() stays object identity, as in micrograd and
     # PyTorch, so Values still live in sets and dicts (a set lookup compares
-    # hashes first, and distinct Values never share one). While tracing, a hash
-    # is refused: ``x in {1.0, 2.0}`` and ``d.get(x)`` look a float up by its
-    # hash, which an identity cannot match, and would silently answer "absent".
+    # hashes first, and distinct Values never share one). While tracing, the hash
+    # of a Value standing for an argument (a float in plain Python) is refused:
+    # ``x in {1.0, 2.0}`` and ``d.get(x)`` look a float up by its hash, which an
+    # identity cannot match, and would silently answer "absent". A model's
+    # parameters, Values in plain Python too, keep their identity.
 
     def __eq__(self, other: Any) -> bool:
         if isinstance(other, (Numeric, numbers.Real)):
@@ -62,7 +64,7 @@ class Numeric:
         return NotImplemented
 
     def __hash__(self) -> int:
-        if MODE.get().trace is not None:
+        if MODE.get().trace is not None and getattr(self.data, "args", None) is ARGUMENT:
             raise TypeError(
                 "hash() of a traced Value (a set or dict key, or `in` on a set or dict): "
                 "its hash is its identity, so `x in {1.0, 2.0}` or `d.get(x)` would not "

@@ -138,11 +138,12 @@ class TracedFloat(float):
 def traced_float(
     v: Any, op: Op | None = None, args: tuple = (), make: Callable[..., Any] | None = None
 ) -> None:
-    """Make ``v.data`` a :class:`TracedFloat` (while tracing): of the leaf Value ``v``,
-    or of ``op`` applied to ``args``, ``make(op, args, data)`` making the Value again."""
+    """Make ``v.data`` a :class:`TracedFloat` (while tracing): of the leaf Value ``v``
+    (``args`` ``ARGUMENT`` where it stands for an argument), or of ``op`` applied to
+    ``args``, ``make(op, args, data)`` making the Value again."""
     t = TracedFloat(v.data)
     if op is None:
-        t.owner, t.op = weakref.ref(v), None
+        t.owner, t.op, t.args = weakref.ref(v), None, args
     else:
         t.owner, t.op, t.args = make, op, args
     v.data = t
