@@ -584,3 +584,18 @@ def test_parameters_keep_their_identity_in_sets_and_dicts_inside_a_trace():
         for p in m.parameters():
             p.data -= 0.1 * p.grad
             p.grad = 0.0
+
+
+def test_a_values_data_read_from_outside_is_guarded_or_refused():
+    """A Value made outside f and read through ``.data`` (a target network's weight): a
+    branch on it is guarded, a number made of it refused by name (it was compiled in:
+    a later wt.data took the traced value), and read as a Value it is an input."""
+    wt = ad.Value(1.0)
+    branch = ad.value_and_grad(lambda x: x * 2.0 if wt.data > 0.7 else x * 3.0)
+    as_value = ad.value_and_grad(lambda x: (x - wt) ** 2)
+    for w in (1.0, 0.5, 0.9):
+        wt.data = w
+        assert branch(2.0) == ((4.0, 2.0) if w > 0.7 else (6.0, 3.0))
+        assert as_value(2.0) == pytest.approx(((2.0 - w) ** 2, 2 * (2.0 - w)), rel=1e-12)
+    with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
+        ad.value_and_grad(lambda x: (x - wt.data) ** 2)(2.0)

@@ -132,6 +132,10 @@ class Captures:
     # one is refused (adcompile.randomness)
     generators: list[tuple[str, Any]] = field(default_factory=list)
     checker: Checker | None = None
+    # the Values f reaches from outside (read as Values, they become ``outer``): their
+    # ``.data`` are traced floats while f is traced, so a branch on one is guarded and
+    # a number made of one is refused by name (it would be compiled in)
+    read_values: list[Value] = field(default_factory=list)
 
     def add_outer(self, values: Sequence[Value]) -> None:
         """Make ``values`` (Values made outside ``f``) inputs, read at every call."""
@@ -389,6 +393,7 @@ class _Scanner:
         kind = _kind(v)
         if isinstance(v, Value):
             self.watch(text, expr, "identity")  # (its .data is read as an input)
+            self.caps.read_values.append(v)
             return
         if kind is not None:
             self.watch(text, expr, "array" if type(v) is np.ndarray else "value")
