@@ -58,7 +58,7 @@ from .tracing import (
 
 #: Integer arrays of this many contents trace without a word; the next says so
 #: (``RetraceWarning``). The variants of the latest ``INT_DATA_KEEP`` are kept.
-INT_DATA_WARN = 8
+INT_DATA_WARN = 4
 INT_DATA_KEEP = 16
 
 
