@@ -146,7 +146,7 @@ class Vmapped:
         if self.device == "cuda":
             outs, ok = _run_cuda(spec, kinds, call_args, n, n_out)
         elif spec.compiled.facts.kind == "arrays":  # NumPy code: batched, or row by row
-            batched = self._batched_program(spec, key, kinds, n, [*example, *hidden])
+            batched = self._batched_program(spec, kinds, n, [*example, *hidden])
             if batched is None:
                 outs, ok = _run_rows(spec, kinds, call_args, n, n_out)
             else:
@@ -168,9 +168,7 @@ class Vmapped:
                 parts[k][p] = value
         return regroup(assemble(layout.tree, parts))
 
-    def _batched_program(
-        self, spec: Any, key: Any, kinds: list[str], n: int, point: list[Any]
-    ) -> Any:
+    def _batched_program(self, spec: Any, kinds: list[str], n: int, point: list[Any]) -> Any:
         """(program, point tape) of ``spec``'s array code at ``n`` points, made once per
         length (``diff.batching``); None where it does not batch. ``point``: the
         arguments at one point."""
