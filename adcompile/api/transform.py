@@ -239,7 +239,11 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         """A call with integer arrays of new contents (traced and compiled again): past
         ``INT_DATA_WARN`` of them, say so once; keep the latest ``INT_DATA_KEEP``."""
         self._int_data_seen += 1
-        kept = [k for k, v in self._variants.items() if "IntData(" in repr(k)]
+        kept = [  # (a plan's signature: (arguments, trees, statics))
+            k
+            for k in self._variants
+            if len(k) == 3 and any(isinstance(v, arguments.IntData) for _, v in k[2])
+        ]
         for k in kept[: max(0, len(kept) - INT_DATA_KEEP + 1)]:
             del self._variants[k]
         if self._int_data_seen == INT_DATA_WARN + 1:

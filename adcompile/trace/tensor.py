@@ -150,7 +150,7 @@ def _fold(ufunc: np.ufunc, x: Any, kwargs: dict) -> Any:
     if f is None:
         f = _ELEMENTWISE[op] = _elementwise(op)
     a = np.asarray(x, dtype=object).view(_ND)
-    axes = normal_axes(axis, a.ndim) or tuple(range(a.ndim))
+    axes = tuple(range(a.ndim)) if axis is None else normal_axes(axis, a.ndim)
     rest = [k for k in range(a.ndim) if k not in axes]
     moved = np.transpose(a, rest + list(axes)).reshape([a.shape[k] for k in rest] + [-1])
     with np.errstate(invalid="ignore"):  # (nan in, nan out, as NumPy's, unsaid)
