@@ -20,7 +20,6 @@ from ..ir.tape import Tape
 from ..trace import captures
 from ..trace.arrays import NotArrayLevel
 from ..trace.mode import debug_nans_enabled
-from ..trace.traced import traced_float
 from ..trace.value import Value
 from .events import RetraceWarning, user_stacklevel
 from .tracing import trace_array_call, trace_call
@@ -185,14 +184,8 @@ class CapturesMixin:
         caps = self._caps
         outer = caps.outer if caps is not None else None
         gens = caps.generators if caps is not None else ()
-        values = caps.read_values if caps is not None else ()
-        for v in values:
-            traced_float(v)  # (wt.data > 0.5 is guarded; float(wt.data), x - wt.data refused)
-        try:
-            tape = trace_call(fun, args, *rest, outer=outer, generators=gens)
-        finally:
-            for v in values:
-                v.data = float(v.data)
+        read = caps.read_values if caps is not None else ()  # (their .data: traced floats)
+        tape = trace_call(fun, args, *rest, outer=outer, generators=gens, read=read)
         if caps is not None and caps.watched:
             caps.settle()  # (what f itself changed while it ran is no change)
         return tape

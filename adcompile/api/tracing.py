@@ -183,6 +183,7 @@ def trace_call(
     multi: bool = False,
     outer: Sequence[Value] | None = None,
     generators: Sequence[tuple[str, Any]] = (),
+    read: Sequence[Value] = (),
 ) -> Tape:
     """Call ``f`` once on tracing Values standing for ``args``; its tape.
 
@@ -200,7 +201,10 @@ def trace_call(
     ``outer`` they are constants of their ``.data``. With ``outer`` (a list,
     maybe empty), the last argument is an array of the ``.data`` of the Values
     in ``outer``, which stand for its elements as inputs; reading any other such
-    Value raises ``captures.NewOuterValues`` naming them.
+    Value raises ``captures.NewOuterValues`` naming them. The ``.data`` of the
+    leaves, of ``outer`` and of ``read`` (other Values ``f`` reaches) are traced
+    floats while ``f`` runs: a branch on one is guarded, a number made of one
+    refused.
 
     A draw from NumPy's or Python's global random generator, or from one of
     ``generators`` ((what, generator) pairs ``f`` reaches), raises
@@ -218,12 +222,12 @@ def trace_call(
     try:
         with tracing(sites) as state:
             called = len(inputs) - len(outer or ())  # (the arguments' numbers; then Values)
-            for k, v in enumerate((*inputs, *leaves)):
+            for k, v in enumerate((*inputs, *leaves, *read)):
                 # (a branch on x.data is guarded, as one on x is)
                 traced_float(v, args=ARGUMENT if k < called else ())
             out = f(*traced)
     finally:
-        for v in (*leaves, *(outer or ())):
+        for v in (*leaves, *(outer or ()), *read):
             v.data = float(v.data)
     draws.check(fname, captures.code_names(f))
     if multi:

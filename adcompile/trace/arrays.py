@@ -384,6 +384,11 @@ class ArrayValue:
             lambda base, new: base.trace.record(X.setitem(idx), [base, new]),
         )
 
+    def _number(self) -> bool:
+        """Whether NumPy's value here is a number (``z[0]``, ``np.sum(x)``: immutable),
+        not a 0-d array (one the function made, or a view)."""
+        return not self.shape and self.base is None and self.kind != "made"
+
     def _writable(self, what: str) -> None:
         root = self
         while root.base is not None:
@@ -392,8 +397,8 @@ class ArrayValue:
             raise NotArrayLevel(f"{what} an argument (it would change the caller's array)")
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if not self.shape and self.base is None and self.kind != "made":
-            raise NotArrayLevel("writing into a scalar")  # (a NumPy number: NumPy refuses)
+        if self._number():
+            raise NotArrayLevel("writing into a scalar")  # (NumPy refuses too)
         self._writable("writing into")
         if isinstance(index, ArrayValue):
             if index.dtype != np.bool_ or np.ndim(value) != 0:
@@ -413,8 +418,8 @@ class ArrayValue:
                 f"non-broadcastable output operand with shape {self.shape} doesn't match "
                 f"the broadcast shape {new.shape}"
             )
-        if not self.shape and self.base is None and self.kind != "made":
-            return new  # (a NumPy scalar, as z[0] and np.sum give: += makes a new one)
+        if self._number():
+            return new  # (as z[0] and np.sum give: += makes a new one)
         self._assign(new)
         return self
 

@@ -49,10 +49,7 @@ class ValueArray(np.ndarray):
             if ufunc not in _NUMPYS:
                 op = ops.ufunc_op(ufunc.__name__)
                 if op is not None and op.arity == ufunc.nin and ufunc.nout == 1:
-                    f = _ELEMENTWISE.get(op)
-                    if f is None:
-                        f = _ELEMENTWISE[op] = _elementwise(op)
-                    return _view(f(*inputs))
+                    return _view(_object_ufunc(op)(*inputs))
             if len(inputs) == 2:  # the common case, kept short: + * @ cost little more
                 a, b = inputs
                 r = ufunc(
@@ -123,6 +120,14 @@ class ValueArray(np.ndarray):
         v.backward(gradient)
 
 
+def _object_ufunc(op: ops.Op) -> np.ufunc:
+    """The object ufunc applying ``op`` (``_elementwise``), made once per op."""
+    f = _ELEMENTWISE.get(op)
+    if f is None:
+        f = _ELEMENTWISE[op] = _elementwise(op)
+    return f
+
+
 def _elementwise(op: ops.Op) -> np.ufunc:
     """An object ufunc applying ``op`` element by element (floats evaluate, Values record)."""
     apply = ops.apply
@@ -146,9 +151,7 @@ def _fold(ufunc: np.ufunc, x: Any, kwargs: dict) -> Any:
     if kw.pop("where", True) is not True or any(v is not None for v in kw.values()):
         return NotImplemented
     op = ops.ufunc_op(ufunc.__name__)
-    f = _ELEMENTWISE.get(op)
-    if f is None:
-        f = _ELEMENTWISE[op] = _elementwise(op)
+    f = _object_ufunc(op)
     a = np.asarray(x, dtype=object).view(_ND)
     axes = tuple(range(a.ndim)) if axis is None else normal_axes(axis, a.ndim)
     rest = [k for k in range(a.ndim) if k not in axes]
