@@ -599,3 +599,16 @@ def test_a_values_data_read_from_outside_is_guarded_or_refused():
         assert as_value(2.0) == pytest.approx(((2.0 - w) ** 2, 2 * (2.0 - w)), rel=1e-12)
     with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
         ad.value_and_grad(lambda x: (x - wt.data) ** 2)(2.0)
+
+
+def test_a_values_data_in_arithmetic_on_an_array_of_values_is_refused():
+    """``x - wt.data`` with x an array of traced Values: NumPy's object loop would take
+    the traced .data as the float it holds at the trace (a later wt.data was not
+    seen); refused by name, as with a single Value."""
+    wt = ad.Value(1.0)
+    with pytest.raises(TypeError, match=r"\.data of a traced Value was used as a number"):
+        ad.value_and_grad(lambda x: np.sum((x - wt.data) ** 2))(np.full(300, 2.0))
+    g = ad.value_and_grad(lambda x: np.sum((x - wt) ** 2))  # (the Value: read each call)
+    for w in (1.0, 0.5):
+        wt.data = w
+        assert g(np.full(300, 2.0))[0] == pytest.approx(300 * (2.0 - w) ** 2, rel=1e-12)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..ir import ops
 from ..ir.array_ops import normal_axes
+from .traced import TracedFloat, frozen_data
 from .ufuncs import PREDICATES
 from .value import Value
 
@@ -31,6 +32,9 @@ class ValueArray(np.ndarray):
     """An object array of Values with a Value's element-wise methods."""
 
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        for a in inputs:  # (NumPy would take a traced .data as the float it holds now)
+            if type(a) is TracedFloat:
+                frozen_data(a)
         test = PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
         if test is not None:  # np.isnan ... on each element: a bool array (NumPy has no
             x = np.asarray(inputs[0], dtype=object)  # object loop for them)
