@@ -78,7 +78,7 @@ def _fit(values: list[float], n: int, integer: bool) -> str | None:
         k, m = int(k), int(a - k * n)
         if all(k * x + m == v for x, v in zip(at, values)):
             if k == 0:
-                return str(m) if integer else repr(float(m))
+                return f"({m})" if integer and m < 0 else str(m) if integer else literal(m)
             text = "n" if k == 1 else f"{k} * n"
             text = text if m == 0 else f"({text} + {m})" if m > 0 else f"({text} - {-m})"
             return text if integer else f"float({text})"

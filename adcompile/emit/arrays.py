@@ -28,12 +28,14 @@ from ..ir.tape import CONST, INPUT, Param
 
 
 def literal(v: float) -> str:
-    """A float as generated code writes it (``np.inf``, ``np.nan``, ``-0.0``)."""
+    """A float as generated code writes it (``np.inf``, ``np.nan``, ``(-0.0)``): a
+    negative one parenthesised, as ``(-2.0) ** x`` must be."""
     if math.isnan(v):
         return "np.nan"
     if math.isinf(v):
-        return "np.inf" if v > 0 else "-np.inf"
-    return repr(float(v))
+        return "np.inf" if v > 0 else "(-np.inf)"
+    text = repr(float(v))
+    return f"({text})" if text.startswith("-") else text
 
 
 # names array code gives its own variables (slots, loop temporaries, indices,

@@ -120,9 +120,10 @@ class Target:
         return template.format(*args)
 
     def lit(self, value: float) -> str:
-        """A float as a literal (a negative one parenthesised in C, where ``--1.0``
-        would not parse). A float subclass with its own text (``loops.ir.NFloat``, a
-        number in the batch length ``n``) is printed as that text."""
+        """A float as a literal, a negative one parenthesised (``(-2.0) ** x``: Python
+        reads ``-2.0 ** x`` as ``-(2.0 ** x)``; C would not parse ``--1.0``). A float
+        subclass with its own text (``loops.ir.NFloat``, a number in the batch length
+        ``n``) is printed as that text."""
         expr = getattr(value, "expr", None)
         if expr is not None:  # (loops.ir.NFloat)
             return expr
@@ -130,9 +131,9 @@ class Target:
             return self.syntax["nan"]
         if value in (math.inf, -math.inf):
             text = ("-" if value < 0 else "") + self.syntax["inf"]
-            return f"({text})" if self.c and value < 0 else text
+            return f"({text})" if value < 0 else text
         text = repr(float(value))
-        return f"({text})" if self.c and text.startswith("-") else text
+        return f"({text})" if text.startswith("-") else text
 
     def select(self, cond: str, a: str, b: str, paren: bool = False) -> str:
         """``a`` where ``cond`` holds, else ``b`` (parenthesised with ``paren``)."""
