@@ -29,7 +29,7 @@ from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
 from ..trace.creation import new_arrays_in
 from ..trace.mode import ARGUMENT, tracing
 from ..trace.tapes import build_tape, graph_roots
-from ..trace.traced import traced_float
+from ..trace.traced import returned_data, traced_float
 from ..trace.value import (
     Value,
     constant,
@@ -159,6 +159,7 @@ def _scalar_output(fname: str, out: Any) -> Value:
     if isinstance(out, Value):
         return out
     if isinstance(out, numbers.Real) and not isinstance(out, bool):
+        returned_data(out)
         return constant(float(out))
     if isinstance(out, (list, tuple, dict)):
         raise TypeError(
@@ -388,7 +389,10 @@ def _is_number(x: Any) -> bool:
 
 
 def _output_leaf(x: Any) -> Value:
-    return x if isinstance(x, Value) else constant(float(x))
+    if isinstance(x, Value):
+        return x
+    returned_data(x)
+    return constant(float(x))
 
 
 def data_point(args: Sequence[Any]) -> list[Any]:

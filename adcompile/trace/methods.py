@@ -26,11 +26,13 @@ _INFIX = {float.__add__: "+", float.__sub__: "-", float.__mul__: "*"}
 _PREFIX = {float.__neg__: "-"}
 
 
-def _eval_src(op: Op, args: Sequence[str], env: dict) -> str:
-    """Source that evaluates ``op`` on float expressions ``args``, as ``op.eval`` does."""
-    if op.arity == 2 and op.eval in _INFIX:
+def _eval_src(op: Op, args: Sequence[str], env: dict, inline: bool = True) -> str:
+    """Source that evaluates ``op`` on float expressions ``args``, as ``op.eval`` does:
+    inline where it is a float operator, unless not ``inline`` (while tracing, where
+    ``.data`` is a ``TracedFloat``, whose operators are for the user's code)."""
+    if inline and op.arity == 2 and op.eval in _INFIX:
         return f"({args[0]} {_INFIX[op.eval]} {args[1]})"
-    if op.arity == 1 and op.eval in _PREFIX:
+    if inline and op.arity == 1 and op.eval in _PREFIX:
         return f"({_PREFIX[op.eval]}{args[0]})"
     key = f"_ev_{op.name}" if op.name.isidentifier() else f"_ev_{id(op)}"
     if env.get(key, op.eval) is not op.eval:  # another op of that name (not in the table)
@@ -51,12 +53,13 @@ def method(self, other):
                 return NotImplemented
     {pair}
     out = _new(Value)
-    out.data = {expr}
     out.grad = 0.0
     out.label = ""
     out._serial = next(serials)
     if _MODE.get() is not _DEFAULT_MODE:
+        out.data = {moded}
         return _moded(out, op, (a, b))
+    out.data = {expr}
     if a._rg or b._rg:
         out._fn = op
         out._a = a
@@ -74,12 +77,13 @@ def method(self, other):
 _UNARY_SRC = """
 def method(a):
     out = _new(Value)
-    out.data = {expr}
     out.grad = 0.0
     out.label = ""
     out._serial = next(serials)
     if _MODE.get() is not _DEFAULT_MODE:
+        out.data = {moded}
         return _moded(out, op, (a,))
+    out.data = {expr}
     if a._rg:
         out._fn = op
         out._a = a
@@ -103,6 +107,7 @@ def binop(op: Op, names: dict[str, Any], reflected: bool = False, dunder: str = 
     src = _BINOP_SRC.format(
         pair="a, b = other, self" if reflected else "a, b = self, other",
         expr=_eval_src(op, ("a.data", "b.data"), env),
+        moded=_eval_src(op, ("a.data", "b.data"), env, inline=False),
     )
     env.update(names)
     method = loader.load(src, f"value_{op.name}", env).method
@@ -126,7 +131,10 @@ def nary(op: Op, apply: Callable[[Op, tuple], Any]) -> Any:
 def unary(op: Op, names: dict[str, Any]) -> Any:
     """The method for a unary op (``v.sin()``, ``-v``), its text reading ``names``."""
     env: dict = {"op": op}
-    src = _UNARY_SRC.format(expr=_eval_src(op, ("a.data",), env))
+    src = _UNARY_SRC.format(
+        expr=_eval_src(op, ("a.data",), env),
+        moded=_eval_src(op, ("a.data",), env, inline=False),
+    )
     env.update(names)
     method = loader.load(src, f"value_{op.name}", env).method
     method.__name__ = op.name

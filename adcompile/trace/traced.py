@@ -135,6 +135,115 @@ class TracedFloat(float):
         return (float, (float(self),))
 
 
+# Arithmetic on a TracedFloat in the user's code while tracing (``x.data * 2``,
+# ``abs(y.data - 1)``) is done on its Value, and gives that Value's ``.data``: a
+# branch on it is then guarded, and using it as a number is refused, as for
+# ``x.data`` itself. Elsewhere (the Values' own operators, which do their
+# arithmetic on ``.data``) it is the float's.
+_BINARY = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+}
+_UNARY = {"__neg__": operator.neg, "__pos__": operator.pos, "__abs__": operator.abs}
+#: Conversions to an int: their answer would be a number of the trace.
+_TO_INT = ("__int__", "__trunc__", "__floor__", "__ceil__")
+
+
+def _library(where: dict) -> bool:
+    """Whether code of module globals ``where`` is adcompile's or NumPy's."""
+    return where.get("__name__", "").startswith(LIBRARY_FRAMES)
+
+
+def _in_user_code() -> bool:
+    """Whether the arithmetic calling this was written in the user's code, while tracing."""
+    return MODE.get().trace is not None and not _library(sys._getframe(2).f_globals)
+
+
+def _on_value(plain: Any, fn: Callable, operands: tuple) -> Any:
+    """``fn`` on the Values of the TracedFloats among ``operands`` (the float's
+    answer ``plain`` where one has none, or where Python's is not a float)."""
+    if type(plain) is not float and type(plain) is not tuple:  # (tuple: divmod)
+        return plain  # NotImplemented, or (-2.0) ** 0.5, a complex
+    values = []
+    for a in operands:
+        if type(a) is TracedFloat:
+            a = a.value()
+            if a is None:
+                return plain
+        elif not isinstance(a, numbers.Real) or isinstance(a, Numeric):
+            return NotImplemented
+        values.append(a)
+    out = fn(*values)
+    if type(out) is tuple:  # (divmod)
+        return tuple(o.data for o in out)
+    return out.data if isinstance(out, Numeric) else plain
+
+
+def _binary(name: str, fn: Callable, swapped: bool) -> Callable:
+    plain = getattr(float, name)
+
+    def method(self: TracedFloat, other: Any) -> Any:
+        if _library(sys._getframe(1).f_globals) or MODE.get().trace is None:
+            return plain(self, other)  # (the hot case: a Value's operator)
+        if isinstance(other, Numeric) or not isinstance(other, numbers.Real):
+            return NotImplemented  # (a Value's or an array's operator, which refuse it)
+        operands = (other, self) if swapped else (self, other)
+        return _on_value(plain(self, other), fn, operands)
+
+    method.__name__ = name
+    return method
+
+
+def _unary(name: str, fn: Callable) -> Callable:
+    plain = getattr(float, name)
+
+    def method(self: TracedFloat) -> Any:
+        if not _in_user_code():
+            return plain(self)
+        return _on_value(plain(self), fn, (self,))
+
+    method.__name__ = name
+    return method
+
+
+def _to_int(name: str) -> Callable:
+    plain = getattr(float, name)
+
+    def method(self: TracedFloat) -> Any:
+        if _in_user_code():
+            frozen_data(self)
+        return plain(self)
+
+    method.__name__ = name
+    return method
+
+
+def _round(self: TracedFloat, ndigits: Any = None) -> Any:
+    """``round(x.data, 3)`` is rounded on the Value; ``round(x.data)``, an int, is refused."""
+    if not _in_user_code():
+        return float.__round__(self, ndigits)
+    if ndigits is None:
+        frozen_data(self)
+    return _on_value(float.__round__(self, ndigits), lambda v: v.round(ndigits), (self,))
+
+
+for _name, _fn in _BINARY.items():
+    setattr(TracedFloat, f"__{_name}__", _binary(f"__{_name}__", _fn, False))
+    setattr(TracedFloat, f"__r{_name}__", _binary(f"__r{_name}__", _fn, True))
+for _name, _fn in _UNARY.items():
+    setattr(TracedFloat, _name, _unary(_name, _fn))
+for _name in _TO_INT:
+    setattr(TracedFloat, _name, _to_int(_name))
+TracedFloat.__round__ = _round  # type: ignore[method-assign]
+TracedFloat.__divmod__ = _binary("__divmod__", divmod, False)  # type: ignore[method-assign]
+TracedFloat.__rdivmod__ = _binary("__rdivmod__", divmod, True)  # type: ignore[method-assign]
+
+
 def traced_float(
     v: Any, op: Op | None = None, args: tuple = (), make: Callable[..., Any] | None = None
 ) -> None:
@@ -157,6 +266,17 @@ def frozen_data(x: Any) -> None:
             "value seen while tracing into the compiled code. Use the Value itself "
             "(x, not x.data), or compute the number outside the function and pass "
             "it as an argument"
+        )
+
+
+def returned_data(x: Any) -> None:
+    """Refuse a TracedFloat returned by the traced function: a number of the trace in
+    compiled code, and in plain Python one no derivative flows through."""
+    if type(x) is TracedFloat:
+        raise TypeError(
+            "the function returned the .data of a traced Value (or a number computed "
+            "from it): compiled, it would be the value seen while tracing. Return the "
+            "Value itself (x, not x.data)"
         )
 
 
