@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ir.arrays import ArrayTape
 from ..ir.tape import Tape
-from ..trace import captures
+from ..trace import captures, watching
 from ..trace.arrays import NotArrayLevel
 from ..trace.mode import debug_nans_enabled
 from ..trace.value import Value
@@ -78,6 +78,7 @@ class CapturesMixin:
         w = caps.changed()
         if w is None:
             return
+        self._check_parameters(caps)
         data = (w.how == "array" and w.copy[1].kind == "f") or (
             w.how == "value" and w.copy[0] is float
         )
@@ -100,6 +101,20 @@ class CapturesMixin:
             RetraceWarning,
             stacklevel=user_stacklevel(),
         )
+
+    def _check_parameters(self, caps: captures.Captures) -> None:
+        """Refuse a compiled loss whose parameters (``leaves``) were replaced where
+        its function reads them (a model made again): its gradients would go to the
+        Values given, not to those read."""
+        given = {id(v) for v in self.leaves()} if self.leaves is not None else set()
+        for w in caps.watched:
+            if w.parameter and id(_read(w)) not in given:
+                raise TypeError(
+                    f"{self._name}() reads {w.what}, which was one of the parameters "
+                    "given to compile_loss and is now another Value (a model made "
+                    "again?): the compiled gradients go to the Values given. Call "
+                    "ad.compile_loss(loss_fn, model.parameters()) again"
+                )
 
     def _fun_for_trace(self) -> Callable:
         """``fun`` taking its arguments and then the hidden inputs (swapped in)."""
@@ -200,6 +215,14 @@ class CapturesMixin:
         caps = self.captures
         if caps.watched:
             self._check_watched(caps)
+
+
+def _read(w: watching.Watched) -> Any:
+    """What ``w`` reads now (None where that fails)."""
+    try:
+        return w.get()
+    except Exception:
+        return None
 
 
 def _refusal(e: BaseException) -> str:

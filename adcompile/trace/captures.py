@@ -32,6 +32,8 @@ reads from outside into two kinds:
 
 from __future__ import annotations
 
+import array
+import collections
 import functools
 import numbers
 import sys
@@ -387,9 +389,13 @@ class _Scanner:
     ) -> None:
         """A value reached by ``expr``: watched as it is, and followed if it holds more
         (a helper function found in a cell or a global may read hidden inputs)."""
-        if id(v) in self.exclude or isinstance(v, types.ModuleType) and _library_module(v):
-            return
         text = f"{what[0]} ({what[1]})"
+        if id(v) in self.exclude:  # (an input already: which one it is, is watched)
+            self.watch(text, expr, "identity")
+            self.caps.watched[-1].parameter = True
+            return
+        if isinstance(v, types.ModuleType) and _library_module(v):
+            return
         kind = _kind(v)
         if isinstance(v, Value):
             self.watch(text, expr, "identity")  # (its .data is read as an input)
@@ -404,6 +410,8 @@ class _Scanner:
         if isinstance(v, np.ndarray) and v.dtype == object:  # (Values: ad.tensor, weights)
             self.watch(text, expr, "items")
             return
+        if isinstance(v, COPIED):
+            return self.watch(text, expr, "copy")
         inside = what
         if not what[1].startswith("through "):
             inside = (what[0], f"through {what[0]}, {what[1]}")
@@ -491,12 +499,8 @@ class _Scanner:
         if isinstance(obj, dict):
             keys = [k for k in obj if isinstance(k, (str, int, float, bool)) or k is None]
             self.watch(
-                f"the keys of {name} ({place})"
-                if len(keys) < len(obj)
-                else f"len({name}) ({place})",
-                expr,
-                "items" if len(keys) < len(obj) else "length",
-            )
+                f"the keys of {name} ({place})", expr, "items" if len(keys) < len(obj) else "keys"
+            )  # (in order: a loop over the dict goes in that order)
             for k in keys:
                 self.leaf(obj[k], (f"{name}[{k!r}]", place), f"{expr}[{k!r}]", attrs, depth + 1)
             return
@@ -543,6 +547,9 @@ class _Scanner:
         self.names.add(name)
         return name
 
+
+#: Containers checked by their contents, against a copy (sets, deques, bytearrays).
+COPIED = (set, frozenset, collections.deque, bytearray, array.array)
 
 _CALLABLES = (
     types.FunctionType,

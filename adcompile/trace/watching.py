@@ -5,6 +5,7 @@ one generated function.
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,9 @@ class Watched:
     too. ``how``: "value" (numbers, strings: equal and of the same type),
     "array" (shape, dtype and bytes), "identity" (functions, objects, Values:
     the same object), "length" (a container's ``len``), "items" (a long
-    container's items, each the same object).
+    container's items, each the same object), "keys" (a dict's keys, in order),
+    "copy" (a set, deque or bytearray: equal to a copy). ``parameter``: the Value is one of
+    a compiled loss's parameters (an input already), checked by identity.
     """
 
     what: str
@@ -33,6 +36,7 @@ class Watched:
     get: Callable[[], Any] = field(repr=False, default=lambda: None)
     obj: Any = None
     copy: Any = None
+    parameter: bool = False
 
     def snapshot(self) -> None:
         """Keep the current value (and a copy of an array's contents)."""
@@ -76,8 +80,12 @@ def _contents(v: Any, how: str) -> Any:
         return (v.shape, v.dtype, v.tobytes()) if type(v) is np.ndarray else MISSING
     if how == "length":
         return len(v)
+    if how == "keys":
+        return tuple(v)
     if how == "identity":
         return v
+    if how == "copy":
+        return (type(v), copy.copy(v))
     return (type(v), v)
 
 
@@ -89,6 +97,8 @@ def _matches(now: Any, copy: Any, how: str) -> bool:
         return _items(now) == copy[1]
     if how == "length":
         return len(now) == copy
+    if how == "keys":
+        return tuple(now) == copy
     if how == "array":
         return (
             type(now) is np.ndarray
@@ -130,6 +140,8 @@ class Checker:
                 test = f"len(_v) != _c{k}"
             elif w.how == "items":
                 test = f"_items(_v) != _c{k}"
+            elif w.how == "keys":
+                test = f"tuple(_v) != _c{k}"
             elif w.how == "array":
                 test = (
                     f"type(_v) is not _nd or _v.shape != _s{k} or _v.dtype != _d{k} "
@@ -162,7 +174,7 @@ class Checker:
                 ns[f"_c{k}"], ns[f"_t{k}"], ns[f"_s{k}"], ns[f"_d{k}"] = MISSING, None, None, None
             elif w.how == "array":
                 ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_c{k}"] = c if c is not MISSING else (None,) * 3
-            elif w.how in ("identity", "length"):
+            elif w.how in ("identity", "length", "keys"):
                 ns[f"_c{k}"] = c
             elif w.how == "items":
                 ns[f"_c{k}"] = c[1]
