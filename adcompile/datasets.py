@@ -5,8 +5,20 @@ from __future__ import annotations
 import numpy as np
 
 
-def make_moons(n: int = 100, noise: float = 0.1, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Two interleaving half circles as scikit-learn makes them; labels -1 (outer) and +1."""
+def make_moons(
+    n: int = 100,
+    noise: float = 0.1,
+    seed: int = 1,
+    *,
+    n_samples: int | None = None,
+    random_state: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Two interleaving half circles as scikit-learn makes them; labels -1 (outer) and
+    +1, as the micrograd demo makes them of scikit-learn's (``y * 2 - 1``: leave that
+    out). ``n_samples`` and ``random_state`` are scikit-learn's names for ``n`` and
+    ``seed``."""
+    n = n if n_samples is None else n_samples
+    seed = seed if random_state is None else random_state
     if n < 2:
         raise ValueError(f"make_moons needs at least 2 points, not {n}")
     rng = np.random.default_rng(seed)

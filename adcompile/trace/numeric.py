@@ -25,6 +25,22 @@ class Numeric:
     data: float  # (the Value's slots)
     grad: float
 
+    def __new__(cls, data: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """A new one; while tracing, ``Value(x)`` of a traced Value is ``x`` itself
+        (micrograd code wraps its data, ``list(map(Value, row))``, and the Values of a
+        traced row stand for the numbers: they must stay connected)."""
+        if type(data) is cls and MODE.get().trace is not None:
+            return data
+        return object.__new__(cls)
+
+    def _backward(self) -> None:
+        """micrograd's backward step by hand, as in its lecture: ``.grad`` times the
+        local derivative into each operand's ``.grad``."""
+        operands, fn = self._prev, self._fn  # type: ignore[attr-defined]
+        for v, rule in zip(operands, fn.vjp if fn is not None else ()):
+            if rule is not None and v.requires_grad:
+                v.grad += rule(self.grad, self.data, *[u.data for u in operands])
+
     # -- comparisons: a bool from .data; while tracing, kept as a guard -----
 
     def _compare(self, cmp: str, other: Any) -> bool:
@@ -140,3 +156,7 @@ class Numeric:
 
     def __repr__(self) -> str:
         return f"Value(data={self.data}, grad={self.grad})"
+
+    def __format__(self, spec: str) -> str:
+        """``f"{v:.3f}"`` formats ``.data``; ``f"{v}"`` is ``str(v)``."""
+        return format(self.data, spec) if spec else str(self)

@@ -171,6 +171,9 @@ class Value(Numeric):
         label: str = "",
         requires_grad: bool = True,
     ) -> None:
+        if data is self:  # (Value(x) of a traced x: see Numeric.__new__)
+            self.label = label or self.label
+            return
         self.data = data if type(data) is float else as_float(data)
         self.grad = 0.0
         self._fn: Op | None = None
