@@ -1,0 +1,315 @@
+"""Trust: compiled answers that silently differed from plain Python, found by probes.
+
+Each test compares the compiled answer at fresh points with plain Python (the same
+function on floats or on eager Values) and with hand-derived values.
+"""
+
+import array
+import collections
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import adcompile as ad
+from adcompile import Value
+from adcompile.datasets import make_moons
+
+# -- arithmetic on a traced .data ---------------------------------------------
+
+
+def _branchy(x):
+    d = x.data * 2 - 1  # a number made of x.data, then compared
+    return x * 3 if d > 0 else x * 5
+
+
+def test_a_branch_on_arithmetic_of_data_is_guarded():
+    g = ad.grad(_branchy)
+    for x, want in [(1.0, 3.0), (0.2, 5.0), (0.9, 3.0), (-4.0, 5.0)]:
+        assert g(x) == want
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: x * (x.data * 2),
+        lambda x: x * (x.data + 1),
+        lambda x: x * (1 - x.data),
+        lambda x: x * (-x.data),
+        lambda x: x * abs(x.data),
+        lambda x: x * x.data**2,
+        lambda x: x * (2**x.data),
+        lambda x: x * (x.data / 3),
+        lambda x: x * (x.data // 1),
+        lambda x: x * (x.data % 1),
+        lambda x: x * divmod(x.data, 1.0)[1],
+        lambda x: x * round(x.data, 1),
+        lambda x: x * int(x.data),
+        lambda x: x * round(x.data),
+        lambda x: x * math.floor(x.data),
+        lambda x: ad.Value(x.data + 1) * x,
+    ],
+)
+def test_a_number_made_of_data_is_refused_not_frozen(fn):
+    # plain Python: x * (x.data + 1) at 3.0 is 12; compiled at 2.0 first, it was 9
+    with pytest.raises(TypeError, match=r"\.data"):
+        ad.value_and_grad(fn)(1.5)
+
+
+@pytest.mark.parametrize("transform", [ad.jit, ad.grad])
+def test_returning_data_is_refused(transform):
+    with pytest.raises(TypeError, match=r"returned the \.data"):
+        transform(lambda x: (x * 2).data)(3.0)
+
+
+def test_numbers_of_data_read_in_the_function_are_right_and_guarded():
+    seen = []
+
+    def f(x):
+        u = x.data**2
+        seen.append((round(x.data, 2), -x.data, abs(x.data - 3), u, 2.0 / x.data))
+        return x * (1.0 if u > 4 else 2.0)
+
+    g = ad.grad(f)
+    assert (g(3.0), g(1.0), g(2.5), g(-0.5)) == (1.0, 2.0, 1.0, 2.0)
+    assert seen[0] == (3.0, -3.0, 0.0, 9.0, 2.0 / 3.0)  # (the trace sees Python's numbers)
+
+
+def test_arithmetic_on_data_keeps_pythons_exceptions():
+    def f(x):
+        try:
+            x.data / 0.0
+        except ZeroDivisionError:
+            return x * 7
+        return x
+
+    assert ad.grad(f)(1.0) == 7.0
+
+
+def test_the_values_own_arithmetic_is_unchanged_while_tracing():
+    # the Values' operators do their arithmetic on .data: it must stay plain floats
+    def f(x):
+        y = x * x + x - 1.0
+        return y * y / (x + 2.0) - (-y)
+
+    def plain(x):
+        y = x * x + x - 1.0
+        return y * y / (x + 2.0) + y
+
+    vg = ad.value_and_grad(f)
+    for x in (0.3, 1.7, -0.9):
+        v, g = vg(x)
+        assert v == pytest.approx(plain(x), rel=1e-14)
+        h = 1e-6
+        assert g == pytest.approx((plain(x + h) - plain(x - h)) / (2 * h), rel=1e-6)
+
+
+# -- a negative literal as the base of ** ---------------------------------------
+
+
+def test_a_negative_literal_base_keeps_its_sign():
+    f = lambda x: (-2.0) ** x  # noqa: E731
+    v, g = ad.value_and_grad(f)(2.0)
+    assert v == 4.0 and math.isnan(g)  # log of a negative base: nan, as NumPy
+    assert ad.jit(f)(4.0) == 16.0 and ad.jit(f)(3.0) == -8.0
+    assert "(-2.0) ** " in ad.export(f, 2.0)
+
+
+def test_a_negative_literal_base_in_array_code_and_in_loops():
+    f = lambda x: np.sum((-2.0) ** x)  # noqa: E731
+    assert ad.jit(f)(np.array([2.0, 3.0])) == -4.0
+    assert ad.jit(f)(np.full(400, 2.0)) == 1600.0
+
+    def loop(x):
+        s = 0.0
+        for i in range(300):
+            s = s + (-1.5) ** 2.0 * x[i]
+        return s
+
+    x = np.random.default_rng(0).normal(size=300)
+    assert ad.jit(loop)(x) == pytest.approx(2.25 * x.sum(), rel=1e-12)
+    assert ad.jit(lambda x: (-math.inf) ** x)(2.0) == math.inf
+
+
+# -- containers the function reads from outside ------------------------------------
+
+
+def test_a_global_set_changed_in_place_traces_again():
+    skip = {1}
+
+    def f(x):
+        s = 0.0
+        for i in range(3):
+            if i not in skip:
+                s = s + x * (i + 1)
+        return s
+
+    vg = ad.value_and_grad(f)
+    assert vg(1.0) == (4.0, 4.0)
+    skip.add(2)
+    with pytest.warns(ad.RetraceWarning):
+        assert vg(1.0) == (1.0, 1.0)
+
+
+@pytest.mark.parametrize(
+    "make, change, expect",
+    [
+        (lambda: {1.0, 2.0}, lambda s: s.add(6.0), 9.0),
+        (lambda: collections.deque([1.0, 2.0]), lambda d: d.append(6.0), 9.0),
+        (lambda: array.array("d", [1.0, 2.0]), lambda a: a.__setitem__(0, 7.0), 9.0),
+        (lambda: bytearray(b"\x01\x02"), lambda b: b.__setitem__(0, 7), 9.0),
+    ],
+)
+def test_containers_changed_in_place_trace_again(make, change, expect):
+    data = make()
+    f = ad.jit(lambda x: x * sum(data))
+    assert f(1.0) == 3.0
+    change(data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.RetraceWarning)
+        assert f(1.0) == expect == 1.0 * sum(data)
+
+
+def test_a_dict_in_another_order_traces_again():
+    d = {"a": 1.0, "b": 2.0}
+
+    def f(x):
+        s = 0.0
+        for i, v in enumerate(d.values()):
+            s = s + x * v * (i + 1)
+        return s
+
+    g = ad.jit(f)
+    assert g(1.0) == 5.0
+    d.pop("a")
+    d["a"] = 1.0  # the same items, in another order
+    with pytest.warns(ad.RetraceWarning):
+        assert g(1.0) == f(1.0) == 4.0
+
+
+# -- compile_loss and a model whose parameters are made again -----------------------
+
+
+class _Lin:
+    def __init__(self):
+        self.w = [Value(1.0), Value(2.0)]
+
+    def parameters(self):
+        return self.w
+
+    def __call__(self, x):
+        return self.w[0] * x[0] + self.w[1] * x[1]
+
+
+@pytest.mark.parametrize("how", ["list", "item"])
+def test_compile_loss_refuses_parameters_made_again(how):
+    m = _Lin()
+
+    def loss(X):
+        return sum(m(x) ** 2 for x in X)
+
+    X = np.array([[1.0, 2.0], [3.0, 4.0]])
+    step = ad.compile_loss(loss, m.parameters())
+    assert step(X).data == loss(X).data == 146.0
+    if how == "list":
+        m.w = [Value(0.5), Value(0.5)]
+    else:
+        m.w[0] = Value(10.0)
+    # its value would be the old weights' (146), its gradients go to the old Values
+    with pytest.raises(TypeError, match="compile_loss"):
+        step(X)
+
+
+def test_compile_loss_follows_new_data_of_its_parameters():
+    m = _Lin()
+    X = np.array([[1.0, 2.0], [3.0, 4.0]])
+    step = ad.compile_loss(lambda X: sum(m(x) ** 2 for x in X), m.parameters())
+    step(X)
+    m.w[0].data = 0.5
+    assert step(X).data == pytest.approx((0.5 + 4) ** 2 + (1.5 + 8) ** 2)
+
+
+# -- micrograd tutorials' idioms --------------------------------------------------
+
+
+def test_the_micrograd_demo_loss_wraps_its_rows_in_value_and_compiles():
+    import random
+
+    random.seed(1)
+    model = ad.MLP(2, [8, 1])
+    X, y = make_moons(n_samples=20, noise=0.1, random_state=0)
+
+    def loss(Xb, yb):
+        inputs = [list(map(Value, xrow)) for xrow in Xb]  # as the demo writes it
+        scores = list(map(model, inputs))
+        losses = [(1 + -yi * scorei).relu() for yi, scorei in zip(yb, scores)]
+        return sum(losses) * (1.0 / len(losses)) + 1e-4 * sum(p * p for p in model.parameters())
+
+    step = ad.compile_loss(loss, model.parameters())
+    for Xb, yb in [(X, y), (X[:7] * 1.3, y[:7])]:
+        got = step(Xb, yb)
+        model.zero_grad()
+        got.backward()
+        compiled = [p.grad for p in model.parameters()]
+        model.zero_grad()
+        eager = loss(Xb, yb)
+        eager.backward()
+        assert got.data == pytest.approx(eager.data, rel=1e-12)
+        assert compiled == pytest.approx([p.grad for p in model.parameters()], rel=1e-9, abs=1e-15)
+
+
+def test_value_of_a_traced_value_stays_connected():
+    g = ad.grad(lambda x: Value(x) * Value(x, label="again"))
+    assert g(3.0) == 6.0 and g(-1.5) == -3.0
+    with pytest.raises(TypeError, match="already a Value"):  # eager: as before
+        Value(Value(2.0))
+
+
+def test_backward_by_hand_as_in_the_micrograd_lecture():
+    a, b, c, f = Value(2.0), Value(-3.0), Value(10.0), Value(-2.0)
+    e = a * b
+    d = e + c
+    L = d * f
+    L.grad = 1.0
+    for node in (L, d, e):
+        node._backward()
+    assert (a.grad, b.grad, c.grad, f.grad, d.grad, e.grad) == (6.0, -4.0, -2.0, 4.0, -2.0, -2.0)
+    x = Value(0.8814)
+    o = x.tanh()
+    o.grad = 1.0
+    o._backward()
+    assert x.grad == pytest.approx(1 - math.tanh(0.8814) ** 2)
+
+
+def test_format_of_a_value_formats_its_data():
+    v = Value(2.5)
+    assert f"{v:.3f}" == "2.500" and format(v, ">6.1f") == "   2.5"
+    assert f"{v}" == str(v)
+
+
+def test_make_moons_takes_scikit_learns_names():
+    X, y = make_moons(n_samples=30, noise=0.2, random_state=4)
+    X2, y2 = make_moons(30, 0.2, 4)
+    assert X.shape == (30, 2) and np.array_equal(X, X2) and np.array_equal(y, y2)
+    assert set(y) == {-1.0, 1.0}
+
+
+def test_compile_loss_refuses_a_model_made_again_in_its_global():
+    import random
+
+    random.seed(0)
+    global _MODEL
+    _MODEL = ad.MLP(2, [3, 1])
+    X = np.array([[1.0, 2.0], [3.0, -4.0]])
+
+    def loss(X):
+        return sum(_MODEL(list(x)) ** 2 for x in X)
+
+    step = ad.compile_loss(loss, _MODEL.parameters())
+    assert step(X).data == pytest.approx(loss(X).data, rel=1e-12)
+    _MODEL = ad.MLP(2, [3, 1])  # a notebook's cell run again: new parameter Values
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.RetraceWarning)
+        with pytest.raises(TypeError, match="compile_loss"):
+            step(X)  # (its gradients would go to the old model's Values)
