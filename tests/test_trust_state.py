@@ -313,3 +313,27 @@ def test_compile_loss_refuses_a_model_made_again_in_its_global():
         warnings.simplefilter("ignore", ad.RetraceWarning)
         with pytest.raises(TypeError, match="compile_loss"):
             step(X)  # (its gradients would go to the old model's Values)
+
+
+# -- random generators made inside the function --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: __import__("random").Random().random(),
+        lambda: __import__("random").SystemRandom().random(),
+        lambda: np.random.default_rng().normal(),
+    ],
+)
+def test_a_generator_made_with_no_seed_is_refused(draw):
+    with pytest.raises(ad.RandomDrawError, match="seeded from the operating system"):
+        ad.grad(lambda x: x * draw())(1.0)
+
+
+def test_a_generator_made_with_a_seed_is_traced():
+    import random
+
+    g = ad.grad(lambda x: x * x * random.Random(3).random())
+    assert g(1.0) == pytest.approx(2 * random.Random(3).random(), rel=1e-15)
+    assert g(2.5) == pytest.approx(5 * random.Random(3).random(), rel=1e-15)

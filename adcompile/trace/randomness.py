@@ -10,7 +10,8 @@ where another thread ran, a move is checked by tracing once more
 (:func:`once_more_if_shared`). A generator the function makes itself with no
 seed (``np.random.default_rng()``) draws its seed from the operating system:
 NumPy asks for that entropy through ``numpy.random.bit_generator.randbits``,
-which is wrapped here to count the asks of each thread, so such a generator
+which is wrapped here to count the asks of each thread, as is
+``random.Random.seed`` (``random.Random()`` with no seed), so such a generator
 made while tracing is refused too.
 """
 
@@ -39,6 +40,19 @@ def _counted(randbits: Callable[[int], int]) -> Callable[[int], int]:
 
     return asked
 
+
+def _counted_seed(seed: Callable[..., None]) -> Callable[..., None]:
+    @functools.wraps(seed)
+    def seeded(self: random.Random, a: Any = None, *args: Any, **kwargs: Any) -> None:
+        if a is None:  # (random.Random(): seeded from the OS's entropy)
+            _asks.count = getattr(_asks, "count", 0) + 1
+        return seed(self, a, *args, **kwargs)
+
+    return seeded
+
+
+random.Random.seed = _counted_seed(random.Random.seed)  # type: ignore[method-assign]
+random.SystemRandom.seed = _counted_seed(random.SystemRandom.seed)  # type: ignore[method-assign]
 
 try:  # (NumPy's SeedSequence() with no entropy given asks it of this function)
     from numpy.random import bit_generator as _bit_generator
@@ -112,10 +126,13 @@ class Watch:
         if getattr(_asks, "count", 0) != self.asks:
             raise RandomDrawError(
                 f"{fname}() made a random generator seeded from the operating system "
-                "(np.random.default_rng() with no seed, or a SeedSequence() of none) while "
-                "it was traced: the compiled code would repeat its draws at every call. "
-                "Draw the random numbers outside the function and pass them in as an "
-                "argument, or give the generator a seed"
+                "(np.random.default_rng() or random.Random() with no seed, "
+                "random.SystemRandom(), or a "
+                "SeedSequence() of none; np.random.RandomState(seed) makes one too, "
+                "then seeds it) while it was traced: the compiled code would repeat its "
+                "draws at every call. Draw the random numbers outside the function and "
+                "pass them in as an argument, or give the generator a seed "
+                "(np.random.default_rng(seed), random.Random(seed))"
             )
         for (what, gen), state in zip(self.gens, self.before):
             if not _same(_state(gen), state):
