@@ -337,3 +337,44 @@ def test_a_generator_made_with_a_seed_is_traced():
     g = ad.grad(lambda x: x * x * random.Random(3).random())
     assert g(1.0) == pytest.approx(2 * random.Random(3).random(), rel=1e-15)
     assert g(2.5) == pytest.approx(5 * random.Random(3).random(), rel=1e-15)
+
+
+# -- compile_loss and Values made from the parameters before the trace ---------------
+
+
+def test_compile_loss_gradient_flows_through_values_made_from_parameters():
+    import random
+
+    from adcompile.nn import Neuron
+
+    random.seed(0)
+    n = Neuron(2)
+    s = n.w[0] * 2  # made outside the loss: eager backward goes on through it
+    t = n.w[1].tanh() * n.b
+    z = Value(0.7)  # another Value that takes a gradient, read by the loss
+    X = np.array([[1.0, 2.0], [0.5, -1.0], [2.0, 0.3]])
+    y = np.array([1.0, -1.0, 0.5])
+
+    def loss(X, y):
+        return sum((n(list(x)) * s + t * z - yi) ** 2 for x, yi in zip(X, y))
+
+    step = ad.compile_loss(loss, n.parameters())
+    for _ in range(3):
+        got = step(X, y)
+        n.zero_grad()
+        z.grad = 0.0
+        got.backward()
+        compiled = [p.grad for p in n.parameters()] + [z.grad]
+        value, grads = step.value_and_grad(X, y)
+        assert [p.grad for p in n.parameters()] == compiled[:-1]  # (left as they were)
+        n.zero_grad()
+        z.grad = 0.0
+        eager = loss(X, y)
+        eager.backward()
+        assert got.data == value == pytest.approx(eager.data, rel=1e-14)
+        expected = [p.grad for p in n.parameters()]
+        assert compiled == pytest.approx(expected + [z.grad], rel=1e-12)
+        assert list(grads) == pytest.approx(expected, rel=1e-12)
+        for p in n.parameters():
+            p.data -= 0.01 * p.grad  # (s and t keep their .data, as in plain Python)
+        X = X * 1.1

@@ -49,12 +49,17 @@ class CapturesMixin:
     def _adopt_outer(self, values: Sequence[Value]) -> None:
         """Make ``values`` (Values made outside ``fun`` that its trace read) inputs,
         read at every call, and forget what was compiled without them."""
+        taken: Sequence[Value] = ()
         with self._lock:
+            if self.adopt is not None:  # (a compiled loss takes some as parameters)
+                taken, values = self.adopt(values)
             self._caps.add_outer(values)
             self._specs.clear()
             self._batches.clear()
             self._last = None
             self._install(None)
+        if taken:
+            raise LeavesGrew(taken)
 
     def _hidden_reader(self) -> list[Callable[[], Any]]:
         """What reads each hidden input's value, for entries."""
@@ -215,6 +220,11 @@ class CapturesMixin:
         caps = self.captures
         if caps.watched:
             self._check_watched(caps)
+
+
+class LeavesGrew(Exception):  # noqa: N818  (not an error: the caller calls again)
+    """A trace found Values made outside ``fun`` that ``adopt`` took as leaves: the
+    call is made again with their values (a compiled loss's ``theta`` is longer)."""
 
 
 def _read(w: watching.Watched) -> Any:

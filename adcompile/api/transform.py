@@ -108,6 +108,9 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         self.array_level = not debug_nans
         self.array_refused: str | None = None  # why fun is not traced at array level
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
+        # with leaves: given the Values made outside fun that a trace read, those it
+        # makes leaves too (the call is then made again) and the others (inputs)
+        self.adopt: Callable[[Sequence[Value]], tuple[list, list]] | None = None
         self._lock = threading.Lock()
         self._heating: threading.Thread | None = None  # a direct entry being compiled
         self._heat_error: Exception | None = None  # what failed there (strict mode)
@@ -453,6 +456,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         )
         like.background_entries = self.background_entries
         like.array_level = self.array_level
+        like.adopt = self.adopt
         return like
 
     def _call_traced(self, args: Sequence[Any]) -> Any:
