@@ -528,10 +528,26 @@ def trace(f: Callable, *args: Any) -> Tape:
         return trace_or_expand(f, args)
 
 
+def _made(
+    fun: Callable, argnums: Any, mode: str, static: Any, nans: bool, check: Any, aux: bool
+) -> Any:
+    """The transform ``mode`` of ``fun``, checked if asked; with ``aux``, of a ``fun``
+    returning ``(output, aux)`` (``api.aux``)."""
+    from ..trace.checking import checked
+    from .aux import WithAux
+
+    def make(m: str, f: Callable) -> Transformed:
+        wrt = None if m == "jit" else argnums
+        return checked(Transformed(f, wrt, m, nans, None, static), check)
+
+    return WithAux(fun, mode, make) if aux else make(mode, fun)
+
+
 def grad(
     fun: Callable,
     argnums: int | Sequence[int] = 0,
     *,
+    has_aux: bool = False,
     static_argnums: int | Sequence[int] = (),
     debug_nans: bool = False,
     check: bool | None = None,
@@ -539,35 +555,28 @@ def grad(
     """The gradient of scalar ``fun`` with respect to argument(s) ``argnums`` (as JAX).
 
     ``debug_nans=True`` raises NonFiniteError naming the first primitive that made
-    nan or inf from finite inputs (as inside ``with ad.debug_nans():``).
-    ``static_argnums``: positions of arguments that are constants of the code (sizes,
-    trip counts, flags; hashable): each new value traces again, as in JAX.
-    Arguments may be tuples, lists and dicts of numbers and arrays (pytrees): the
-    gradient has their structure, and float32 arrays get float32 gradients.
-    ``check=True`` (default: ``ADCOMPILE_CHECK=1`` in the environment) also runs
-    ``fun`` eagerly at every call and raises ``ad.CheckError`` where the two
-    disagree (``adcompile.checking``).
-    """
-    from ..trace.checking import checked
-
-    return checked(Transformed(fun, argnums, "grad", debug_nans, None, static_argnums), check)
+    nan or inf from finite inputs. ``static_argnums``: arguments that are constants
+    of the code (sizes, flags; hashable): each new value traces again, as in JAX.
+    Arguments may be pytrees of numbers and arrays: the gradient has their
+    structure and dtype. ``check=True`` (or ``ADCOMPILE_CHECK=1``) also runs ``fun``
+    eagerly at every call and raises ``ad.CheckError`` where the two disagree.
+    ``has_aux=True``: ``fun`` returns ``(output, aux)``, the call ``(gradient,
+    aux)``, as in JAX."""
+    return _made(fun, argnums, "grad", static_argnums, debug_nans, check, has_aux)
 
 
 def value_and_grad(
     fun: Callable,
     argnums: int | Sequence[int] = 0,
     *,
+    has_aux: bool = False,
     static_argnums: int | Sequence[int] = (),
     debug_nans: bool = False,
     check: bool | None = None,
 ) -> Transformed:
     """``(fun(*args), grad(fun)(*args))`` in one compiled call (as JAX); ``check``
-    as for :func:`grad`."""
-    from ..trace.checking import checked
-
-    return checked(
-        Transformed(fun, argnums, "value_and_grad", debug_nans, None, static_argnums), check
-    )
+    as for :func:`grad`; with ``has_aux``, ``((value, aux), gradient)``."""
+    return _made(fun, argnums, "value_and_grad", static_argnums, debug_nans, check, has_aux)
 
 
 def jit(
@@ -579,9 +588,7 @@ def jit(
 ) -> Transformed:
     """``fun`` compiled: same value, no Python in the loop after the first call;
     ``check`` as for :func:`grad` (compared with ``fun`` called on floats)."""
-    from ..trace.checking import checked
-
-    return checked(Transformed(fun, None, "jit", debug_nans, None, static_argnums), check)
+    return _made(fun, None, "jit", static_argnums, debug_nans, check, False)
 
 
 def show_code(f: Callable, *args: Any) -> str:
