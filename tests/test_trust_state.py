@@ -378,3 +378,26 @@ def test_compile_loss_gradient_flows_through_values_made_from_parameters():
         for p in n.parameters():
             p.data -= 0.01 * p.grad  # (s and t keep their .data, as in plain Python)
         X = X * 1.1
+
+
+# -- iterators made outside the function -----------------------------------------
+
+
+def _generator():
+    yield 1.0
+    yield 2.0
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: iter([1.0, 2.0, 3.0]), lambda: __import__("itertools").count(1), _generator]
+)
+def test_taking_items_from_an_iterator_made_outside_is_refused(make):
+    it = make()  # plain Python takes the next item at every call; compiled, the first
+    with pytest.raises(ad.RandomDrawError, match="iterator made outside"):
+        ad.grad(lambda x: x * next(it))(1.0)
+
+
+def test_an_iterator_read_but_not_advanced_is_no_refusal():
+    it = iter([1.0, 2.0])
+    f = ad.grad(lambda x: x * 3.0 if it is not None else x)
+    assert f(1.0) == f(2.0) == 3.0

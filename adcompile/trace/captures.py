@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .randomness import GENERATOR_TYPES
+from .randomness import moves
 from .rebind import ANY_ATTRIBUTE, Rebinder
 from .rebind import names_read as _names
 from .value import Value
@@ -404,7 +404,7 @@ class _Scanner:
         if kind is not None:
             self.watch(text, expr, "array" if type(v) is np.ndarray else "value")
             return
-        if isinstance(v, GENERATOR_TYPES):
+        if moves(v):  # (a random generator or an iterator: watched while tracing)
             self.caps.generators.append((text, v))
             return
         if isinstance(v, np.ndarray) and v.dtype == object:  # (Values: ad.tensor, weights)

@@ -20,7 +20,8 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -92,10 +93,37 @@ def once_more_if_shared(trace: Callable[..., T]) -> Callable[..., T]:
     return traced
 
 
+def moves(v: Any) -> bool:
+    """Whether ``v`` is a random generator or an iterator (of Python's own kinds, or a
+    generator): what a trace may move, and its compiled code would not."""
+    return isinstance(v, GENERATOR_TYPES) or (
+        isinstance(v, Iterator)
+        and (isinstance(v, types.GeneratorType) or type(v).__module__ in ("builtins", "itertools"))
+    )
+
+
 def _state(gen: Any) -> Any:
     if isinstance(gen, np.random.Generator):
         return gen.bit_generator.state
-    return gen.get_state() if isinstance(gen, np.random.RandomState) else gen.getstate()
+    if isinstance(gen, np.random.RandomState):
+        return gen.get_state()
+    if isinstance(gen, random.Random):
+        return gen.getstate()
+    return _position(gen)
+
+
+def _position(it: Any) -> Any:
+    """Where an iterator is (what ``next`` moves), as far as it says: a generator's
+    frame, the items left of a list's iterator, a count's next number."""
+    if isinstance(it, types.GeneratorType):
+        frame = it.gi_frame
+        return None if frame is None else frame.f_lasti
+    try:
+        hint = it.__length_hint__() if hasattr(it, "__length_hint__") else None
+        reduced = it.__reduce__()
+        return hint, reduced[1:] if type(reduced) is tuple else None
+    except Exception:  # (it says nothing: not watched)
+        return None
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -135,6 +163,15 @@ class Watch:
                 "(np.random.default_rng(seed), random.Random(seed))"
             )
         for (what, gen), state in zip(self.gens, self.before):
+            if not isinstance(gen, GENERATOR_TYPES):
+                if not _same(_state(gen), state):
+                    raise RandomDrawError(
+                        f"{fname}() took items from {what}, an iterator made outside it, "
+                        "while it was traced: the compiled code would repeat them at every "
+                        "call, where plain Python takes the next ones. Take them outside "
+                        "the function and pass them in as arguments"
+                    )
+                continue
             if not _same(_state(gen), state):
                 calls = _draws(names, gen)
                 named = f" ({', '.join(calls)})" if calls else ""
