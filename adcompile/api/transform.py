@@ -451,11 +451,9 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
 
     def _like(self, fun: Callable) -> Transformed:
         """The same transform of another function."""
-        like = Transformed(
-            fun, self.argnums, self.mode, self.debug_nans, self.leaves, self._static
-        )
-        like.background_entries = self.background_entries
-        like.array_level = self.array_level
+        like = Transformed(fun, self.argnums, self.mode, self.debug_nans, self.leaves)
+        like._static = self._static
+        like.background_entries, like.array_level = self.background_entries, self.array_level
         like.adopt = self.adopt
         return like
 
