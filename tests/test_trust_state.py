@@ -401,3 +401,18 @@ def test_an_iterator_read_but_not_advanced_is_no_refusal():
     it = iter([1.0, 2.0])
     f = ad.grad(lambda x: x * 3.0 if it is not None else x)
     assert f(1.0) == f(2.0) == 3.0
+
+
+# -- the dtype of a traced array ---------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [5, 400])  # element by element, and at array level
+def test_a_branch_on_the_dtype_takes_plain_pythons_branch(n):
+    def f(x):
+        if x.dtype == np.float64 and np.issubdtype(x.dtype, np.floating):
+            return np.sum(x**2)
+        return np.sum(x)
+
+    x = np.linspace(0.1, 1.0, n)
+    np.testing.assert_allclose(ad.grad(f)(x), 2 * x, rtol=1e-14)
+    assert ad.tensor([1.0, 2.0]).dtype == object  # (eager: the Values' array)

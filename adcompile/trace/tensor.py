@@ -8,12 +8,14 @@ every op in the op table, including ops a user defines later.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
 from ..ir import ops
 from ..ir.array_ops import normal_axes
+from .mode import LIBRARY_FRAMES, MODE
 from .traced import TracedFloat, frozen_data
 from .ufuncs import PREDICATES
 from .value import Value
@@ -26,6 +28,7 @@ _NUMPYS = frozenset(
 )
 _ELEMENTWISE: dict[ops.Op, np.ufunc] = {}  # op -> an object ufunc applying it
 _ND = np.ndarray
+_FLOAT64 = np.dtype(np.float64)
 
 
 class ValueArray(np.ndarray):
@@ -90,6 +93,17 @@ class ValueArray(np.ndarray):
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(ops.OPS))
+
+    @property
+    def dtype(self) -> np.dtype:  # type: ignore[override]
+        """``object``, the Values'; but ``float64`` to the user's code while tracing,
+        where the array stands for the float array the function is called with (so
+        ``if x.dtype == np.float64:`` takes plain Python's branch)."""
+        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
+            "__name__", ""
+        ).startswith(LIBRARY_FRAMES):
+            return _FLOAT64
+        return _ND.dtype.__get__(self)  # type: ignore[attr-defined]
 
     @property
     def data(self) -> np.ndarray:  # type: ignore[override]
