@@ -11,12 +11,13 @@ and finds the primitive behind a non-finite result (``debug_nans``).
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import os
 import sys
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,11 @@ from .tracing import slot_text
 #: The ops adcompile defines (by identity): code of tapes of these only is kept on
 #: disk for other processes (an op a user defines may differ there).
 _BUILTIN_OPS = frozenset(id(op) for op in OPS.values())
+#: From the DEFER_AFTER-th trace for a failed guard on, new code runs its first
+#: DEFER_CALLS calls whose guards hold as Python, and Numba compiles it at the next
+#: (``_deferring``).
+DEFER_AFTER = 1
+DEFER_CALLS = 2
 
 
 def compile_settings() -> tuple:
@@ -98,8 +104,7 @@ class CompileMixin:
             return self._miss_locked(key, args, flat)
 
     def _miss_locked(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
-        with Announce(self._fname_doc()[0]) as announce:
-            reason = self._reason = self._why(key, flat)
+        with Announce(self._fname_doc()[0]) as announce, self._deferring(key, flat) as reason:
             clock = time.perf_counter()
             self._stages = {}
             batches = dict(self._batches)
@@ -141,6 +146,24 @@ class CompileMixin:
         if not ok:  # the trace itself took these branches, so this cannot happen
             raise RuntimeError("adcompile: a fresh specialisation failed its own guards")
         return spec, out
+
+    @contextlib.contextmanager
+    def _deferring(self, key: tuple, flat: list) -> Iterator[str]:
+        """Why this call compiles (``_reason``), and, from the ``DEFER_AFTER``-th new
+        branch on, code compiled in it runs its first ``DEFER_CALLS`` calls as Python
+        before Numba compiles it (``python_first.DEFERRED``): inputs that keep taking
+        new branches (a guard on every score) would spend seconds in Numba for code
+        called once."""
+        from ..backend.python_first import DEFERRED
+
+        reason = self._reason = self._why(key, flat)
+        branch = reason.startswith("a guard failed")
+        self._branches = getattr(self, "_branches", 0) + branch
+        token = DEFERRED.set(DEFER_CALLS if branch and self._branches >= DEFER_AFTER else 0)
+        try:
+            yield reason
+        finally:
+            DEFERRED.reset(token)
 
     def _unsupported(self, e: Exception) -> Exception:
         """``e``, raised tracing element by element, or where the array level refused

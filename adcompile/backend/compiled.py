@@ -47,7 +47,7 @@ from .program import (
     code_record,
     read_code_record,
 )
-from .python_first import numba_later
+from .python_first import numba_fresh, numba_later
 
 KINDS = ("straight-line", "folded", "interpreter")
 
@@ -121,7 +121,10 @@ class StraightLineCompiled(CompiledProgram):
         self.source = module_source(
             [comment(self.explanation) + straight_line(tape, fname, params, doc)]
         )
-        self.fn = compile_straight_line(self.source, fname, params)
+        source = self.source
+        self.fn = numba_fresh(
+            source, fname, lambda: compile_straight_line(source, fname, params), tape.n_ops
+        )
         self.facts = CodeFacts("straight-line", tape.n_ops, tape.n_ops, slots=len(tape))
         self.timings = {"generate and compile": time.perf_counter() - clock}
 
@@ -279,7 +282,8 @@ class LoopCompiled(CompiledProgram):
             return compile_folded_source(self.source, fname, [], self.params)
 
         ops = self.facts.operations
-        self.fn = numba_later(self.source, fname, load, ops) if restored else load()
+        made = numba_later if restored else numba_fresh
+        self.fn = made(self.source, fname, load, ops)
         self.timings["compile"] = time.perf_counter() - clock
         self.local = threading.local()
         self._unrolled = unrolled

@@ -24,6 +24,7 @@ import math
 import sys
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,11 @@ PYTHON_FIRST = "auto"
 #: MLP over rows), against the 0.35 s Numba takes to load.
 MAX_OPERATIONS = 2_000_000
 
+
+#: Calls a program compiled fresh now runs as Python before Numba compiles it (set
+#: by a transform whose inputs keep taking new branches: ``api.compiling``); 0:
+#: Numba compiles it at once.
+DEFERRED: ContextVar[int] = ContextVar("adcompile_deferred", default=0)
 
 #: The threads loading Numba's code for restored programs (``wait_for_numba``).
 _loading: list[threading.Thread] = []
@@ -70,15 +76,38 @@ def numba_later(
     return NumbaLater(python, load, getattr(loader.load(source, fname), fname), calls)
 
 
+def numba_fresh(
+    source: str, fname: str, load: Callable[[], Callable], operations: int
+) -> Callable:
+    """``load()``, Numba compiling ``fname`` now; or, where ``DEFERRED`` asks for it, a
+    :class:`NumbaLater` running that many calls as Python first, then compiling in
+    the caller's thread (code that may be called once or twice, where Numba's
+    seconds would be most of the cost)."""
+    calls = DEFERRED.get()
+    if calls <= 0 or PYTHON_FIRST == "never" or operations * calls > MAX_OPERATIONS:
+        return load()
+    python = getattr(loader.load(source, fname, {"abs": math.fabs}), fname)
+    py_func = getattr(loader.load(source, fname), fname)
+    return NumbaLater(python, load, py_func, calls, background=False)
+
+
 class NumbaLater:
     """A Numba function not loaded yet: the first ``calls`` calls run ``python`` (the
     same source run by CPython), then a thread runs ``load()``; later calls wait for
-    it. ``py_func`` is the function Numba compiles (as a Numba dispatcher's)."""
+    it (without ``background``, the call after them loads it, in its own thread,
+    and only calls whose guards hold count).
+    ``py_func`` is the function Numba compiles (as a Numba dispatcher's)."""
 
     def __init__(
-        self, python: Callable, load: Callable[[], Callable], py_func: Callable, calls: int = 1
+        self,
+        python: Callable,
+        load: Callable[[], Callable],
+        py_func: Callable,
+        calls: int = 1,
+        background: bool = True,
     ) -> None:
         self.python, self._load, self.py_func = python, load, py_func
+        self.background = background
         self._fn: Callable | None = None
         self._first = calls  # (calls left to run as Python)
         self._thread: threading.Thread | None = None
@@ -101,7 +130,11 @@ class NumbaLater:
                     ok = None  # (where CPython raises, Numba's answer is inf or nan)
                     with self._lock:
                         self._first = 0
-                if last or ok is None:
+                if not self.background and not ok and ok is not None:
+                    with self._lock:  # (without background, a call whose guards
+                        self._first += 1  # fail does not count: it is a miss)
+                    last = False
+                if (last or ok is None) and self.background:
                     self._start()
                 if ok is not None:
                     self.python_calls += 1
