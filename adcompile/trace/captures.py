@@ -36,8 +36,6 @@ import array
 import collections
 import functools
 import numbers
-import sys
-import sysconfig
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +43,15 @@ from typing import Any
 
 import numpy as np
 
+from .libraries import (
+    NN_MODULE,
+    attribute_names,
+    class_attr,
+    is_library,
+    library_module,
+    library_object,
+    method_reads,
+)
 from .randomness import moves
 from .rebind import ANY_ATTRIBUTE, Rebinder
 from .rebind import names_read as _names
@@ -55,27 +62,6 @@ from .watching import Checker, Watched
 MAX_DEPTH = 16
 #: Containers longer than this are not searched for arrays.
 MAX_CONTAINER = 64
-
-_LIBRARY_MODULES = (
-    "adcompile",
-    "numpy",
-    "scipy",
-    "sympy",
-    "numba",
-    "math",
-    "builtins",
-    "functools",
-    "torch",
-    "jax",
-)
-_LIBRARY_PATHS = tuple(
-    p for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "purelib", "platlib")} if p
-)
-
-
-def _is_library(fn: types.FunctionType) -> bool:
-    module = (fn.__globals__.get("__name__") or "").split(".")[0]
-    return module in _LIBRARY_MODULES or fn.__code__.co_filename.startswith(_LIBRARY_PATHS)
 
 
 def code_names(f: Any) -> frozenset[str]:
@@ -95,6 +81,8 @@ def _kind(value: Any) -> str | None:
         if value.dtype.kind == "f" and value.size:
             return "array"
         return "watch" if value.dtype.kind in "biufc" else None
+    if isinstance(value, np.ndarray) and value.dtype != object:  # (np.matrix, masked)
+        return "watch"
     if isinstance(value, Value):
         return "number" if value.is_leaf else "watch"
     if value is None or isinstance(value, (bool, int, complex, str, bytes, numbers.Number)):
@@ -394,7 +382,7 @@ class _Scanner:
             self.watch(text, expr, "identity")
             self.caps.watched[-1].parameter = True
             return
-        if isinstance(v, types.ModuleType) and _library_module(v):
+        if isinstance(v, types.ModuleType) and library_module(v):
             return
         kind = _kind(v)
         if isinstance(v, Value):
@@ -402,7 +390,8 @@ class _Scanner:
             self.caps.read_values.append(v)
             return
         if kind is not None:
-            self.watch(text, expr, "array" if type(v) is np.ndarray else "value")
+            how = "subarray" if isinstance(v, np.ndarray) else "value"
+            self.watch(text, expr, "array" if type(v) is np.ndarray else how)
             return
         if moves(v):  # (a random generator or an iterator: watched while tracing)
             self.caps.generators.append((text, v))
@@ -418,12 +407,12 @@ class _Scanner:
         if isinstance(v, (list, tuple, dict)):
             self.follow(v, inside, False, attrs, depth, expr)
         elif isinstance(v, _CALLABLES):
-            if not (isinstance(v, types.FunctionType) and _is_library(v)):
+            if not (isinstance(v, types.FunctionType) and is_library(v)):
                 self.watch(text, expr, "identity")  # (a helper redefined)
                 self.follow(v, what, swappable, attrs, depth, expr)
         elif isinstance(v, types.ModuleType):
             self.follow(v, inside, False, attrs, depth, expr)
-        elif not _library_object(v) or _is_transform(v):
+        elif not library_object(v) or _is_transform(v):
             self.watch(text, expr, "identity")
             self.follow(v, inside, False, attrs, depth, expr)
 
@@ -443,7 +432,7 @@ class _Scanner:
         """
         name, place = what
         if isinstance(v, types.FunctionType):
-            if not _is_library(v):
+            if not is_library(v):
                 self.function(v, swappable, depth + 1, v.__name__)
         elif isinstance(v, types.MethodType):
             self.follow(v.__func__, what, False, attrs, depth, f"{expr}.__func__")
@@ -461,7 +450,7 @@ class _Scanner:
                     a, (f"{name}.keywords[{k!r}]", place), f"{expr}.keywords[{k!r}]", attrs, depth
                 )
         elif isinstance(v, types.ModuleType):
-            if _library_module(v):
+            if library_module(v):
                 return
             d = vars(v)
             for n in sorted(attrs):
@@ -504,7 +493,7 @@ class _Scanner:
             for k in keys:
                 self.leaf(obj[k], (f"{name}[{k!r}]", place), f"{expr}[{k!r}]", attrs, depth + 1)
             return
-        if _library_object(obj):
+        if library_object(obj):
             return
         cls = obj if isinstance(obj, type) else type(obj)
         if not isinstance(obj, type):
@@ -513,16 +502,17 @@ class _Scanner:
                 self.function(call, False, depth + 1, f"{cls.__name__}.__call__")
                 attrs = attrs | _names(call.__code__)[1]
         d = getattr(obj, "__dict__", None)
-        if type(obj).__module__ == _NN_MODULE and isinstance(d, dict):
+        if type(obj).__module__ == NN_MODULE and isinstance(d, dict):
             attrs = attrs | set(d)  # (its methods are library code, not scanned)
         if ANY_ATTRIBUTE in attrs:  # (getattr with a name made at run time)
-            attrs = attrs | {n for n in _attribute_names(obj) if not n.startswith("__")}
+            attrs = attrs | {n for n in attribute_names(obj) if not n.startswith("__")}
+        attrs = method_reads(cls, attrs)  # (m.weights() reads m.w: watched too)
         for n in sorted(attrs - {ANY_ATTRIBUTE}):
             e, w = f"{expr}.{n}", (f"{name}.{n}", place)
             if not isinstance(obj, type) and isinstance(d, dict) and n in d:
                 self.leaf(d[n], w, e, attrs, depth + 1)
                 continue
-            found = _class_attr(cls, n)
+            found = class_attr(cls, n)
             if found is None:
                 continue
             if isinstance(found, property):
@@ -533,7 +523,7 @@ class _Scanner:
                 except Exception:  # (the property fails now: f will say so)
                     pass
             elif isinstance(found, types.FunctionType):
-                if not _is_library(found):
+                if not is_library(found):
                     self.function(found, False, depth + 1, f"{cls.__name__}.{n}")
             elif isinstance(found, (staticmethod, classmethod)):
                 self.follow(found.__func__, w, False, attrs, depth + 1, e)
@@ -560,41 +550,6 @@ _CALLABLES = (
 )
 
 
-def _attribute_names(obj: Any) -> set[str]:
-    """The attributes ``obj`` has in its own ``__dict__`` and its classes'."""
-    names = set(getattr(obj, "__dict__", None) or ())
-    for c in (obj if isinstance(obj, type) else type(obj)).__mro__[:-1]:
-        names.update(c.__dict__)
-    return names
-
-
 def _is_transform(obj: Any) -> bool:
     """Whether ``obj`` is an adcompile transform (``ad.grad(g)`` ...) of a function."""
     return callable(getattr(obj, "fun", None)) and type(obj).__module__.startswith("adcompile")
-
-
-def _class_attr(cls: type, name: str) -> Any:
-    """``name`` as defined on ``cls`` or a base (unbound: a property, a function ...)."""
-    for c in cls.__mro__:
-        if name in c.__dict__:
-            return c.__dict__[name]
-    return None
-
-
-def _library_module(m: types.ModuleType) -> bool:
-    return (m.__name__ or "").split(".")[
-        0
-    ] in _LIBRARY_MODULES or m.__name__ in sys.builtin_module_names
-
-
-def _library_object(obj: Any) -> bool:
-    """Whether ``obj`` belongs to a library (NumPy, adcompile ...): not looked into.
-    adcompile's layers (``ad.nn``, ``ad.MLP``) are looked into: they hold a model."""
-    t = obj if isinstance(obj, type) else type(obj)
-    module = t.__module__ or ""
-    if module == _NN_MODULE:
-        return False
-    return module.split(".")[0] in _LIBRARY_MODULES or module == "builtins"
-
-
-_NN_MODULE = "adcompile.nn"

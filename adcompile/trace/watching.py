@@ -26,8 +26,10 @@ class Watched:
     "array" (shape, dtype and bytes), "identity" (functions, objects, Values:
     the same object), "length" (a container's ``len``), "items" (a long
     container's items, each the same object), "keys" (a dict's keys, in order),
-    "copy" (a set, deque or bytearray: equal to a copy). ``parameter``: the Value is one of
-    a compiled loss's parameters (an input already), checked by identity.
+    "copy" (a set, deque or bytearray: equal to a copy), "subarray" (an ndarray
+    subclass, ``np.matrix`` or a masked array: its type, shape, dtype, bytes, mask).
+    ``parameter``: the Value is one of a compiled loss's parameters (an input
+    already), checked by identity.
     """
 
     what: str
@@ -70,6 +72,12 @@ def _items(v: Any) -> tuple:
     return tuple(map(id, v))
 
 
+def _sub(v: Any) -> tuple:
+    """What a "subarray" watch compares: type, shape, dtype, bytes and mask."""
+    mask = np.ma.getmaskarray(v).tobytes() if isinstance(v, np.ma.MaskedArray) else None
+    return (type(v), v.shape, v.dtype, np.asarray(v).tobytes(), mask)
+
+
 def _contents(v: Any, how: str) -> Any:
     if how == "items":
         # (the items kept alive, so that their ids stay theirs)
@@ -86,6 +94,8 @@ def _contents(v: Any, how: str) -> Any:
         return v
     if how == "copy":
         return (type(v), copy.copy(v))
+    if how == "subarray":
+        return _sub(v) if isinstance(v, np.ndarray) else MISSING
     return (type(v), v)
 
 
@@ -99,6 +109,8 @@ def _matches(now: Any, copy: Any, how: str) -> bool:
         return len(now) == copy
     if how == "keys":
         return tuple(now) == copy
+    if how == "subarray":
+        return isinstance(now, np.ndarray) and _sub(now) == copy
     if how == "array":
         return (
             type(now) is np.ndarray
@@ -142,6 +154,8 @@ class Checker:
                 test = f"_items(_v) != _c{k}"
             elif w.how == "keys":
                 test = f"tuple(_v) != _c{k}"
+            elif w.how == "subarray":
+                test = f"_sub(_v) != _c{k}"
             elif w.how == "array":
                 test = (
                     f"type(_v) is not _nd or _v.shape != _s{k} or _v.dtype != _d{k} "
@@ -161,7 +175,7 @@ class Checker:
         )
         head = f"def changed({', '.join(p + '=None' for p in self.params)}):"
         self.source = head + "\n" + "\n".join(lines) + "\n"
-        self.ns["_nd"], self.ns["_items"] = np.ndarray, _items
+        self.ns["_nd"], self.ns["_items"], self.ns["_sub"] = np.ndarray, _items, _sub
         self.changed: Callable[[], int] = loader.load(self.source, "watched", self.ns).changed
         self.watched = list(watched)
 
@@ -174,7 +188,7 @@ class Checker:
                 ns[f"_c{k}"], ns[f"_t{k}"], ns[f"_s{k}"], ns[f"_d{k}"] = MISSING, None, None, None
             elif w.how == "array":
                 ns[f"_s{k}"], ns[f"_d{k}"], ns[f"_c{k}"] = c if c is not MISSING else (None,) * 3
-            elif w.how in ("identity", "length", "keys"):
+            elif w.how in ("identity", "length", "keys", "subarray"):
                 ns[f"_c{k}"] = c
             elif w.how == "items":
                 ns[f"_c{k}"] = c[1]
