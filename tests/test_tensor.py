@@ -18,7 +18,8 @@ B = RNG.normal(size=3)
 
 def test_tensor_makes_leaves_of_the_same_shape():
     t = tensor(A)
-    assert isinstance(t, ValueArray) and t.dtype == object and t.shape == (2, 3)
+    assert isinstance(t, ValueArray) and t.shape == (2, 3)
+    assert t.dtype == np.float64 and t.view(np.ndarray).dtype == object  # (Values, for floats)
     assert all(isinstance(v, Value) and v._op == "" and v.requires_grad for v in t.flat)
     np.testing.assert_array_equal(t.data, A)
     np.testing.assert_array_equal(t.grad, np.zeros((2, 3)))

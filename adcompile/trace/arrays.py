@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -291,6 +292,15 @@ class ArrayValue:
     @property
     def dtype(self) -> np.dtype:
         return np.dtype(np.bool_ if self.trace.booleans[self.slot] else np.float64)
+
+    @property  # type: ignore[misc]
+    def __class__(self) -> type:
+        """``np.ndarray`` to the user's code, so that ``isinstance(x, np.ndarray)``
+        holds as for the array it stands for; ``ArrayValue`` to adcompile's and
+        NumPy's."""
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(("adcompile.", "numpy.")):
+            return ArrayValue
+        return np.ndarray
 
     def __len__(self) -> int:
         if not self.shape:

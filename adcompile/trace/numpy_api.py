@@ -98,6 +98,11 @@ def ufunc_call(
 HANDLED[np.ufunc] = ufunc_call
 
 
+@_handles(np.result_type)
+def _result_type(*given: Any) -> np.dtype:
+    return np.result_type(*[a.dtype if isinstance(a, ArrayValue) else a for a in given])
+
+
 _COMPOSITE_UFUNCS: dict[str, Callable] = {"positive": lambda x: x.copy()}  # (others: ops)
 
 
@@ -166,13 +171,49 @@ def _var(name: str, a: Any, axis: Any, ddof: Any, keepdims: Any, extra: dict) ->
 
 
 @_handles(np.var)
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NOT_GIVEN, mean=_NOT_GIVEN, correction=_NOT_GIVEN):  # noqa: ANN001, ANN201, E501
-    return _var("var", a, axis, ddof, keepdims, dict(dtype=dtype, out=out, where=where, mean=mean, correction=correction))  # noqa: E501
+def var(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=_NOT_GIVEN,
+    mean=_NOT_GIVEN,
+    correction=_NOT_GIVEN,
+):  # noqa: ANN001, ANN201, E501
+    return _var(
+        "var",
+        a,
+        axis,
+        ddof,
+        keepdims,
+        dict(dtype=dtype, out=out, where=where, mean=mean, correction=correction),
+    )  # noqa: E501
 
 
 @_handles(np.std)
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=_NOT_GIVEN, mean=_NOT_GIVEN, correction=_NOT_GIVEN):  # noqa: ANN001, ANN201, E501
-    v = _var("std", a, axis, ddof, keepdims, dict(dtype=dtype, out=out, where=where, mean=mean, correction=correction))  # noqa: E501
+def std(
+    a,
+    axis=None,
+    dtype=None,
+    out=None,
+    ddof=0,
+    keepdims=False,
+    *,
+    where=_NOT_GIVEN,
+    mean=_NOT_GIVEN,
+    correction=_NOT_GIVEN,
+):  # noqa: ANN001, ANN201, E501
+    v = _var(
+        "std",
+        a,
+        axis,
+        ddof,
+        keepdims,
+        dict(dtype=dtype, out=out, where=where, mean=mean, correction=correction),
+    )  # noqa: E501
     return _op("sqrt")(v)
 
 

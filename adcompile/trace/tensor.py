@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir import ops
 from ..ir.array_ops import normal_axes
-from .mode import LIBRARY_FRAMES, MODE
+from .mode import LIBRARY_FRAMES
 from .traced import TracedFloat, frozen_data
 from .ufuncs import PREDICATES
 from .value import Value
@@ -43,6 +43,9 @@ class ValueArray(np.ndarray):
             x = np.asarray(inputs[0], dtype=object)  # object loop for them)
             flags = [test(v) if isinstance(v, Value) else bool(ufunc(v)) for v in x.flat]
             return np.array(flags, dtype=np.bool_).reshape(x.shape)
+        if ufunc.__name__ == "clip" and method == "__call__" and len(inputs) == 3 and not kwargs:
+            x, low, high = inputs  # (NumPy's object loop compares: nan lost, and guards)
+            return np.minimum(np.maximum(x, low), high)
         if method == "reduce" and ufunc in _FOLDED and len(inputs) == 1:
             folded = _fold(ufunc, inputs[0], kwargs)
             if folded is not NotImplemented:
@@ -94,16 +97,22 @@ class ValueArray(np.ndarray):
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(ops.OPS))
 
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        if func is np.result_type and _users(2):  # (float64, as dtype says there)
+            return np.result_type(*[_FLOAT64 if type(a) is ValueArray else a for a in args])
+        out = super().__array_function__(func, types, args, kwargs)
+        if type(out) is _ND and out.dtype == object and out.ndim:  # (np.where ...: its
+            return out.view(ValueArray)  # ufuncs are the ops, not NumPy's object loop)
+        return out
+
     @property
     def dtype(self) -> np.dtype:  # type: ignore[override]
-        """``object``, the Values'; but ``float64`` to the user's code while tracing,
-        where the array stands for the float array the function is called with (so
-        ``if x.dtype == np.float64:`` takes plain Python's branch)."""
-        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
-            "__name__", ""
-        ).startswith(LIBRARY_FRAMES):
-            return _FLOAT64
-        return _ND.dtype.__get__(self)  # type: ignore[attr-defined]
+        """An array of Values: ``float64`` to the user's code, as the floats they stand for
+        (so ``if x.dtype == np.float64:`` takes plain Python's branch while tracing, and
+        the eager run of check mode takes it too); ``object`` to adcompile's and
+        NumPy's code, which handle the Values."""
+        real = _ND.dtype.__get__(self)  # type: ignore[attr-defined]
+        return _FLOAT64 if real.kind == "O" and _users(2) else real
 
     @property
     def data(self) -> np.ndarray:  # type: ignore[override]
@@ -136,6 +145,11 @@ class ValueArray(np.ndarray):
         if not isinstance(v, Value):
             raise TypeError(f"backward() needs a Value, this array holds {type(v).__name__!r}")
         v.backward(gradient)
+
+
+def _users(depth: int) -> bool:
+    """Whether the code ``depth`` frames up is the user's (not adcompile's or NumPy's)."""
+    return not sys._getframe(depth).f_globals.get("__name__", "").startswith(LIBRARY_FRAMES)
 
 
 def _object_ufunc(op: ops.Op) -> np.ufunc:
