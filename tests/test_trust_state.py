@@ -415,4 +415,115 @@ def test_a_branch_on_the_dtype_takes_plain_pythons_branch(n):
 
     x = np.linspace(0.1, 1.0, n)
     np.testing.assert_allclose(ad.grad(f)(x), 2 * x, rtol=1e-14)
-    assert ad.tensor([1.0, 2.0]).dtype == object  # (eager: the Values' array)
+    assert ad.tensor([1.0, 2.0]).dtype == np.float64  # (eager too: what it stands for)
+
+
+# -- state read through a method, ndarray subclasses -----------------------------------
+
+
+class _Model:
+    def __init__(self, n):
+        self.w = np.ones(n)
+        self.scale = 1.0
+
+    def weights(self):
+        return self.w * self._factor()
+
+    def _factor(self):
+        return self.scale
+
+
+@pytest.mark.parametrize("n", [5, 400])
+def test_attributes_read_by_a_method_are_watched(n):
+    m = _Model(n)
+    g = ad.grad(lambda x: np.sum(m.weights() * x))
+    x = np.ones(n)
+    np.testing.assert_array_equal(g(x), np.ones(n))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.RetraceWarning)
+        m.scale = 2.0  # read by a method the method calls
+        np.testing.assert_array_equal(g(x), 2 * np.ones(n))
+        m.w[0] = 5.0  # changed in place
+        assert g(x)[0] == 10.0 and g(x)[1] == 2.0
+
+
+@pytest.mark.parametrize("n", [5, 400])
+def test_ndarray_subclasses_read_from_outside_are_watched(n):
+    M = np.matrix(np.ones((1, n)))
+    A = np.ma.masked_array(np.ones(n))
+    g = ad.grad(lambda x: np.sum(np.asarray(M).ravel() * x))
+    h = ad.grad(lambda x: np.sum(A.data * x))
+    assert g(np.ones(n))[0] == h(np.ones(n))[0] == 1.0
+    M[0, 0] = 4.0
+    A[0] = 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.RetraceWarning)
+        assert g(np.ones(n))[0] == 4.0 and h(np.ones(n))[0] == 3.0
+
+
+# -- what a traced array says it is, and nan through element-by-element code -----------
+
+
+@pytest.mark.parametrize("n", [5, 400])
+def test_type_checks_on_a_traced_array_take_plain_pythons_branch(n):
+    x = np.linspace(0.1, 1.0, n)
+
+    def f(x):
+        a = np.sum(x) if isinstance(x, np.ndarray) else -np.sum(x)
+        b = 3.0 if np.result_type(x) == np.float64 else 1.0
+        c = 1.0 if x.dtype.kind == "f" and str(x.dtype) == "float64" else 0.0
+        return a * b * c
+
+    assert ad.jit(f)(x) == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(ad.grad(f)(x), 3.0 * np.ones(n))
+
+
+@pytest.mark.parametrize("n", [5, 400])
+def test_nan_goes_through_clip_maximum_and_where_as_in_numpy(n):
+    rng = np.random.default_rng(n)
+    for _ in range(3):
+        x = rng.normal(size=n) * 2
+        for f in (
+            lambda x: np.clip(np.sqrt(x), 0.0, 1.0),
+            lambda x: np.maximum(np.where(x > 1.0, np.nan, x), 0.3),
+            lambda x: np.clip(np.where(x > 1.0, np.nan, x), -1.0, 0.5),
+        ):
+            with np.errstate(invalid="ignore"):
+                np.testing.assert_array_equal(ad.jit(f)(x), f(x))
+
+
+def test_clip_gradient_element_by_element_matches_finite_differences():
+    x = np.array([0.3, -1.2, 0.8, 2.0, -0.4])
+    f = lambda x: np.sum(np.clip(x, -1.0, 1.0) ** 2)  # noqa: E731
+    h = 1e-6
+    fd = [(f(x + h * e) - f(x - h * e)) / (2 * h) for e in np.eye(5)]
+    np.testing.assert_allclose(ad.grad(f)(x), fd, rtol=1e-6, atol=1e-9)
+
+
+# -- code for inputs that keep taking new branches runs as Python first ----------------
+
+
+def test_new_branches_run_as_python_first_and_stay_right():
+    from adcompile.backend.python_first import NumbaLater
+
+    def f(x):
+        s = 0.0
+        for i in range(6):
+            s = s + (x[i] * x[i] if x[i] > 0 else -x[i])
+        return s
+
+    def plain_grad(x):
+        return np.where(x > 0, 2 * x, -1.0)
+
+    vg = ad.value_and_grad(f)
+    rng = np.random.default_rng(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ad.RetraceWarning)
+        for _ in range(12):  # a new pattern of signs almost every call
+            x = rng.normal(size=6)
+            v, g = vg(x)
+            assert v == pytest.approx(f(x), rel=1e-14)
+            np.testing.assert_allclose(g, plain_grad(x), rtol=1e-14)
+    specs = getattr(vg, "unchecked", vg)._specs  # (ADCOMPILE_CHECK=1: the transform inside)
+    later = [s.compiled.fn for each in specs.values() for s in each]
+    assert any(isinstance(fn, NumbaLater) for fn in later)  # (not compiled by Numba yet)
