@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
-from scipy.special import expit
+from scipy.special import erf, erfc, expit
 
 # A failure of the loop IR raises here, instead of falling back to the unrolled path
 # with a warning as it does for users.
@@ -122,6 +122,8 @@ NUMPY_REF: dict[str, Callable[..., float]] = {
     "cosh": np.cosh,
     "tanh": np.tanh,
     "sigmoid": expit,
+    "erf": erf,  # (SciPy's, an independent implementation of math.erf)
+    "erfc": erfc,
     "softplus": lambda x: np.logaddexp(0.0, x),
     "relu": lambda x: np.maximum(x, 0.0),
     "maximum": np.maximum,

@@ -615,6 +615,15 @@ EDGES: dict[str, list[Edge]] = {
     "sinh": [Edge((700.0,), (math.cosh(700.0),))],
     "cosh": [Edge((700.0,), (math.sinh(700.0),)), Edge((0.0,), (0.0,))],
     "tanh": [Edge((1e-8,), (1.0 - math.tanh(1e-8) ** 2,)), Edge((0.0,), (1.0,))],
+    # 2 / sqrt(pi) * exp(-x**2): 2 / sqrt(pi) at 0, exp(-36) small but normal at 6
+    "erf": [
+        Edge((0.0,), (2.0 / math.sqrt(PI),)),
+        Edge((-6.0,), (2.0 / math.sqrt(PI) * E(-36.0),)),
+    ],
+    "erfc": [
+        Edge((0.0,), (-2.0 / math.sqrt(PI),)),
+        Edge((6.0,), (-2.0 / math.sqrt(PI) * E(-36.0),)),
+    ],
     # 1 / sqrt(1 + x**2), 1 / sqrt(x**2 - 1), 1 / (1 - x**2): finite at 1e200, where the
     # square overflows; next to |x| = 1 through (x - 1)(x + 1), exact in binary
     "arcsinh": [Edge((1e200,), (1e-200,)), Edge((-1e200,), (1e-200,)), Edge((0.0,), (1.0,))],

@@ -401,6 +401,27 @@ defop(
     "tanh",
     c="tanh({0})",
 )
+# The error function (scipy.special.erf and erfc: ufuncs of these names; GELU's
+# exact form): its derivative 2/sqrt(pi) exp(-x*x).
+_TWO_OVER_SQRT_PI = 1.1283791670955126
+defop(
+    "erf",
+    1,
+    math.erf,
+    "math.erf({0})",
+    (lambda g, out, a: g * (_TWO_OVER_SQRT_PI * exp(-(a * a))),),
+    "erf",
+    c="erf({0})",
+)
+defop(
+    "erfc",
+    1,
+    math.erfc,
+    "math.erfc({0})",
+    (lambda g, out, a: g * (-_TWO_OVER_SQRT_PI * exp(-(a * a))),),
+    "erfc",
+    c="erfc({0})",
+)
 # The inverse hyperbolic functions' derivatives, 1 / sqrt(1 + x*x), 1 / sqrt(x*x - 1) and
 # 1 / (1 - x*x), written 1 / hypot(1, x), 1 / (sqrt(x - 1) sqrt(x + 1)) and
 # 1 / ((1 - x)(1 + x)): the first two finite beyond |x| = 1e154, where x*x overflows
