@@ -527,3 +527,45 @@ def test_new_branches_run_as_python_first_and_stay_right():
     specs = getattr(vg, "unchecked", vg)._specs  # (ADCOMPILE_CHECK=1: the transform inside)
     later = [s.compiled.fn for each in specs.values() for s in each]
     assert any(isinstance(fn, NumbaLater) for fn in later)  # (not compiled by Numba yet)
+
+
+# -- p-norms, dtype= arguments, SciPy's names ---------------------------------------
+
+
+@pytest.mark.parametrize("n", [5, 400])
+@pytest.mark.parametrize("ord_", [1, 3, 0.5, 1.5, np.inf, -np.inf])
+def test_vector_p_norms_match_numpy_and_their_formula(n, ord_):
+    x = np.random.default_rng(n).normal(size=n)
+    # (ord written as a literal: a float read from a closure would be an input)
+    f = eval(f"lambda x: np.linalg.norm(x, ord={ord_!r})".replace("inf", "np.inf"))
+    assert ad.jit(f)(x) == pytest.approx(f(x), rel=1e-12)
+    a = np.abs(x)
+    if np.isinf(ord_):
+        k = np.argmax(a) if ord_ > 0 else np.argmin(a)
+        expected = np.zeros(n)
+        expected[k] = np.sign(x[k])
+    else:  # d/dx (sum |x|^p)^(1/p) = |x|^(p-1) sign(x) / norm^(p-1)
+        expected = a ** (ord_ - 1) * np.sign(x) / f(x) ** (ord_ - 1)
+    np.testing.assert_allclose(ad.grad(f)(x), expected, rtol=1e-9)
+
+
+def test_p_norms_along_an_axis():
+    X = np.random.default_rng(3).normal(size=(20, 30))
+    f = lambda X: np.sum(np.linalg.norm(X, ord=3, axis=1))  # noqa: E731
+    assert ad.jit(f)(X) == pytest.approx(f(X), rel=1e-12)
+    expected = np.abs(X) ** 2 * np.sign(X) / np.linalg.norm(X, ord=3, axis=1)[:, None] ** 2
+    np.testing.assert_allclose(ad.grad(f)(X), expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize("n", [5, 400])
+def test_a_float64_dtype_argument_is_no_change(n):
+    x = np.random.default_rng(n).normal(size=n)
+    f = lambda x: np.sum(x, axis=0, dtype=np.float64) + np.mean(x**2, dtype=float)  # noqa: E731
+    assert ad.jit(f)(x) == pytest.approx(f(x), rel=1e-12)
+    np.testing.assert_allclose(ad.grad(f)(x), 1 + 2 * x / n, rtol=1e-12)
+
+
+def test_a_scipy_function_without_a_rule_is_named_as_scipys():
+    special = pytest.importorskip("scipy.special")
+    with pytest.raises(TypeError, match=r"calls scipy\.special\.gammaln"):
+        ad.grad(lambda x: np.sum(special.gammaln(x)))(np.linspace(1.0, 2.0, 400))

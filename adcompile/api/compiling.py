@@ -175,7 +175,7 @@ class CompileMixin:
         name = why.removesuffix(NO_RULE)
         return TypeError(
             f"{self._name}() calls {name}, which adcompile cannot differentiate: it has no "
-            f"array-level rule, and NumPy's {name} does not run on arrays of traced Values "
+            f"array-level rule, and {name} does not run on arrays of traced Values "
             f"({type(e).__name__}: {e}). The NumPy functions adcompile traces are listed "
             "in docs/api.md (NumPy code on whole arrays); for another, write it with those "
             "(or give it a derivative rule of your own: ad.primitive)"

@@ -52,7 +52,13 @@ NO_RULE = " has no array-level rule"
 
 
 def numpy_name(func: Any) -> str:
-    """A NumPy function's name as a user writes it (``np.linalg.inv``, ``np.sum``)."""
+    """A NumPy function's name as a user writes it (``np.linalg.inv``, ``np.sum``); a
+    ufunc of SciPy's, ``scipy.special.erf``."""
+    name = getattr(func, "__name__", str(func))
+    if isinstance(func, np.ufunc) and getattr(np, name, None) is not func:
+        special = sys.modules.get("scipy.special")
+        if special is not None and getattr(special, name, None) is func:
+            return f"scipy.special.{name}"
     parts = (getattr(func, "__module__", None) or "numpy").split(".")
     public = [p for p in parts[1:] if not p.startswith("_")] if parts[0] == "numpy" else parts
     return ".".join(["np", *public, getattr(func, "__name__", str(func))])

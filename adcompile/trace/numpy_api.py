@@ -24,7 +24,7 @@ from ..ir import array_index as X
 from ..ir import array_ops as A
 from ..ir.array_products import einsum, einsum_ok, matmul
 from ..ir.ops import OPS, ufunc_op
-from .arrays import HANDLED, NO_RULE, ArrayTrace, ArrayValue, NotArrayLevel
+from .arrays import HANDLED, NO_RULE, ArrayTrace, ArrayValue, NotArrayLevel, numpy_name
 
 _NOT_GIVEN = object()
 
@@ -56,6 +56,8 @@ def _as(x: Any, trace: ArrayTrace | None = None) -> ArrayValue:
 def _refuse(name: str, **given: Any) -> None:
     """Refuse the arguments of ``name`` given other than their defaults."""
     for arg, value in given.items():
+        if arg == "dtype" and value is not None and np.dtype(value) == np.float64:
+            continue  # (the arrays' own: float64 or booleans, counted as float64)
         if value is not None and value is not _NOT_GIVEN and value is not np._NoValue:
             raise NotArrayLevel(f"np.{name}(..., {arg}=...) at array level")
 
@@ -81,7 +83,7 @@ def ufunc_call(
     if method == "accumulate" and name == "add" and set(kwargs) <= {"axis"}:
         return cumsum(inputs[0], kwargs.get("axis", 0))
     if method != "__call__" or kwargs:
-        raise NotArrayLevel(f"np.{name}.{method} with {sorted(kwargs)} at array level")
+        raise NotArrayLevel(f"{numpy_name(ufunc)}.{method} with {sorted(kwargs)} at array level")
     if name in A.COMPARE:
         return trace.record(A.boolean(name), inputs)
     if name == "matmul":
@@ -91,7 +93,7 @@ def ufunc_call(
         return trace.record(op, inputs)
     composite = _COMPOSITE_UFUNCS.get(name)
     if composite is None:
-        raise NotArrayLevel(f"np.{name}{NO_RULE}")
+        raise NotArrayLevel(f"{numpy_name(ufunc)}{NO_RULE}")
     return composite(*[trace.operand(x) for x in inputs])
 
 
@@ -241,6 +243,12 @@ def diff(a, n=1, axis=-1, prepend=_NOT_GIVEN, append=_NOT_GIVEN):  # noqa: ANN00
 @_handles(np.linalg.norm)
 def norm(x, ord=None, axis=None, keepdims=False):  # noqa: ANN001, ANN201, A002
     v = _as(x)
+    vector = isinstance(axis, numbers.Integral) or (axis is None and v.ndim == 1)
+    if vector and isinstance(ord, numbers.Real) and ord not in (2, 0):  # (p-norms)
+        a = np.abs(v)
+        if ord in (math.inf, -math.inf):
+            return _reduce("max" if ord > 0 else "min", a, axis, keepdims)
+        return _reduce("sum", a if ord == 1 else a**ord, axis, keepdims) ** (1.0 / ord)
     if ord not in (None, 2, "fro") or (ord == 2 and (axis is None and v.ndim != 1)):
         raise NotArrayLevel(f"np.linalg.norm(..., ord={ord!r}) at array level")
     if axis is None:
