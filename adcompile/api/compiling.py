@@ -112,7 +112,10 @@ class CompileMixin:
                 found = self._array_batch_call(key, args, flat)  # (no trace)
                 if found is None:  # batch-generic code made already (no trace)
                     found = self._batch_call(key, args, flat, create=False)
-                arrays = None if found is not None else self._trace_arrays(args)
+                # (small arrays too once inputs keep taking new branches: at array
+                # level a mask or np.where is data, not a guard per element)
+                small = self._branches >= DEFER_AFTER + 1
+                arrays = None if found is not None else self._trace_arrays(args, small)
             if found is None:  # (arrays None: f is traced element by element)
                 self._stages = {"trace": time.perf_counter() - clock} if arrays is not None else {}
             try:

@@ -51,6 +51,10 @@ from ..ir.tape import CONST, INPUT, Node
 NO_RULE = " has no array-level rule"
 
 
+#: What ``x[mask]`` with a traced mask gives (``trace.masked.Masked``, which sets it).
+SELECTION: list[Callable[[Any, Any], Any]] = []
+
+
 def numpy_name(func: Any) -> str:
     """A NumPy function's name as a user writes it (``np.linalg.inv``, ``np.sum``); a
     ufunc of SciPy's, ``scipy.special.erf``."""
@@ -381,7 +385,7 @@ class ArrayValue:
 
     def __getitem__(self, index: Any) -> ArrayValue:
         if isinstance(index, ArrayValue) and index.dtype == np.bool_:
-            raise NotArrayLevel("selecting with a traced boolean mask (its length is data)")
+            return SELECTION[0](self, index)  # (x[mask]: its length is data)
         idx = _index(self, index)
         op = X.getitem(idx)
         if _one_element(self.shape, idx):  # a scalar node (NumPy gives a copy)
@@ -417,7 +421,10 @@ class ArrayValue:
             raise NotArrayLevel("writing into a scalar")  # (NumPy refuses too)
         self._writable("writing into")
         if isinstance(index, ArrayValue):
-            if index.dtype != np.bool_ or np.ndim(value) != 0:
+            selected = getattr(value, "mask", None)  # (z[m] = x[m]: a trace.masked.Masked)
+            if selected is not None and selected.slot == index.slot:
+                value = value.data  # (of the full shape, as the mask)
+            elif index.dtype != np.bool_ or np.ndim(value) != 0:
                 raise NotArrayLevel("writing through a traced index")
             new = A.where()(index, value, self)
         else:

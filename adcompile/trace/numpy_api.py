@@ -24,6 +24,7 @@ from ..ir import array_index as X
 from ..ir import array_ops as A
 from ..ir.array_products import einsum, einsum_ok, matmul
 from ..ir.ops import OPS, ufunc_op
+from . import masked  # noqa: F401  (x[mask] with a traced mask)
 from .arrays import HANDLED, NO_RULE, ArrayTrace, ArrayValue, NotArrayLevel, numpy_name
 
 _NOT_GIVEN = object()
