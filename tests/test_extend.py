@@ -201,9 +201,9 @@ def test_sympy_bridge_both_ways():
     x, y = sp.symbols("x y")
     expr = to_sympy(uses_all, *POINT)
     assert expr.has(sp.erf(x)) and expr.has(sp.Function("xt_hypot")(x, y))
-    back = from_sympy(expr, [x, y])  # erf -> xt_erf (its SymPy name), xt_hypot by name
+    back = from_sympy(expr, [x, y])  # erf -> an op of that SymPy name, xt_hypot by name
     assert back.evaluate(*POINT)[0] == pytest.approx(uses_all(*POINT), rel=1e-13)
-    assert from_sympy(sp.erf(x), [x]).nodes[-1].op is P.xt_erf.op
+    assert from_sympy(sp.erf(x), [x]).nodes[-1].op.sympy == "erf"  # (xt_erf's or the table's)
 
 
 def test_check_grad_passes_on_right_rules():
