@@ -17,27 +17,50 @@ New data shapes or branches trace again, as for ``ad.value_and_grad``.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..emit.codegen import CodeFacts
-from ..trace.value import Value, topological_order
+from ..ir.ops import Op
+from ..trace.arguments import int_data
+from ..trace.value import Value, set_step, topological_order
 from .captured import LeavesGrew
 from .transform import Transformed
 
 
+def _nan(*args: Any) -> float:
+    return math.nan
+
+
+#: The op a compiled loss's result is made by: no operands, and a reverse step of
+#: its own (``set_step``), which adds its adjoint times the compiled gradients into
+#: the parameters' ``.grad``. Not in the op table.
+_LOSS = Op("compiled_loss", 0, _nan, "nan", ())
+
+
 class CompiledLossValue(Value):
-    """A loss computed by compiled code: ``backward()`` adds its gradients to the
-    parameters' ``.grad`` (it has no graph of its own)."""
+    """A loss computed by compiled code: ``backward()`` on it, or on a Value made from
+    it (``step(X, y) * 0.5 + reg``), adds its gradients into the parameters' ``.grad``
+    (it has no graph of its own: its op's reverse step does)."""
 
     __slots__ = ("_loss", "_grads")
 
-    def backward(self, gradient: float = 1.0) -> None:
-        """Add ``gradient * d loss / d p`` to ``p.grad`` for every parameter (and for
-        the other Values the loss read, as micrograd's backward does)."""
-        self._loss.add_grads(self._grads, gradient)
+    @classmethod
+    def made(cls, loss: float, owner: CompiledLoss, grads: np.ndarray) -> CompiledLossValue:
+        out = cls(loss)
+        out._fn, out._loss, out._grads = _LOSS, owner, grads
+        return out
+
+
+def _loss_step(v: CompiledLossValue, g: float) -> None:
+    v._loss.add_grads(v._grads, g)
+
+
+set_step(_LOSS, _loss_step)
 
 
 class CompiledLoss:
@@ -56,8 +79,9 @@ class CompiledLoss:
         # gradient and that its traces read (a Value made from a parameter before the
         # trace: its gradient goes on through its own graph, as in micrograd)
         self._leaves = list(self.params)
-        self._vg = Transformed(loss_fn, 0, "value_and_grad", leaves=lambda: self._leaves)
-        self._vg.adopt = self._adopt
+        self._vg = self._transform(loss_fn)
+        self._labels: list[np.ndarray] = []  # (the call's integer arrays: _labelled)
+        self._with_labels: dict[tuple[int, ...], Transformed] = {}
 
     def _adopt(self, values: Sequence[Value]) -> tuple[list[Value], list[Value]]:
         """Of the Values made outside ``loss_fn`` that a trace read, those that take a
@@ -66,12 +90,32 @@ class CompiledLoss:
         self._leaves.extend(taken)
         return taken, [v for v in values if not v.requires_grad]
 
+    def _labelled(self, data: tuple) -> tuple[Transformed, tuple]:
+        """The transform for a call with ``data``, and the arguments it takes. Integer
+        arrays (class labels) are data as the function reads them: a transform of
+        ``loss_fn`` with them put back in, which finds them in ``_labels`` (watched by
+        their bytes: new labels trace again), the others its arguments."""
+        where = tuple(k for k, a in enumerate(data) if int_data(a))
+        if not where:
+            return self._vg, data
+        self._labels[:] = [data[k] for k in where]
+        vg = self._with_labels.get(where)
+        if vg is None:
+            vg = self._with_labels[where] = self._transform(_with_labels(self, where))
+        return vg, tuple(a for k, a in enumerate(data) if k not in where)
+
+    def _transform(self, fun: Callable[..., Any]) -> Transformed:
+        vg = Transformed(fun, 0, "value_and_grad", leaves=lambda: self._leaves)
+        vg.adopt = self._adopt
+        return vg
+
     def _raw(self, *data: Any) -> tuple[float, np.ndarray]:
         """The loss and its gradient with respect to ``_leaves``."""
+        vg, data = self._labelled(data)
         for _ in range(8):
             theta = np.fromiter((p.data for p in self._leaves), float, len(self._leaves))
             try:
-                return self._vg(theta, *data)
+                return vg(theta, *data)
             except LeavesGrew:  # (theta is longer now)
                 continue
         raise RuntimeError("compile_loss: the loss reads new Values at every trace")
@@ -110,10 +154,7 @@ class CompiledLoss:
 
     def __call__(self, *data: Any) -> CompiledLossValue:
         loss, grads = self._raw(*data)
-        out = CompiledLossValue(loss, requires_grad=False)
-        out._loss = self
-        out._grads = grads
-        return out
+        return CompiledLossValue.made(loss, self, grads)
 
     @property
     def source(self) -> str:
@@ -134,3 +175,19 @@ class CompiledLoss:
 def compile_loss(loss_fn: Callable[..., Any], params: Iterable[Value]) -> CompiledLoss:
     """Compile ``loss_fn(*data)`` for the parameter Values it reads (see module doc)."""
     return CompiledLoss(loss_fn, params)
+
+
+def _with_labels(loss: CompiledLoss, where: tuple[int, ...]) -> Callable[..., Any]:
+    """``loss.loss_fn`` taking the float arguments, the integer arrays at positions
+    ``where`` read from ``loss._labels`` (what a trace reads there is watched)."""
+    fn, labels = loss.loss_fn, loss._labels
+
+    @functools.wraps(fn)
+    def with_labels(*floats: Any) -> Any:
+        args, rest = [], iter(floats)
+        for k in range(len(floats) + len(where)):
+            args.append(labels[where.index(k)] if k in where else next(rest))
+        return fn(*args)
+
+    del with_labels.__wrapped__  # (its parameters are the float arguments' alone)
+    return with_labels

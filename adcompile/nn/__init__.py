@@ -416,6 +416,10 @@ class CrossEntropyLoss(_Loss):
             raise ValueError(
                 f"target must be a class index in 0..{len(logits) - 1}, not {target!r}"
             )
-        # shifting by the largest logit (a constant) keeps exp from overflowing
-        m = max(v.data if isinstance(v, Value) else float(v) for v in logits)
+        # shifting by the largest logit keeps exp from overflowing; a chain of maximum
+        # (not Python's max, whose comparisons are guards, or .data, a number of a
+        # trace): the result's derivative through the shift is zero
+        m = logits[0]
+        for v in logits[1:]:
+            m = _maximum(m, v)
         return _log(_total([_exp(v - m) for v in logits])) + m - logits[k]

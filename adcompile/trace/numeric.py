@@ -33,6 +33,12 @@ class Numeric:
             return data
         return object.__new__(cls)
 
+    def conjugate(self) -> Any:
+        """A real number is its own conjugate (np.var and np.std of Values ask for it)."""
+        return self
+
+    conj = conjugate
+
     def _backward(self) -> None:
         """micrograd's backward step by hand, as in its lecture: ``.grad`` times the
         local derivative into each operand's ``.grad``."""

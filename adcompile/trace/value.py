@@ -52,7 +52,6 @@ serials = itertools.count()
 # except while backward() runs.
 _SINK = 0.0
 
-
 _new = object.__new__
 
 
@@ -308,10 +307,8 @@ class Value(Numeric):
         """Add d self / d v to ``v.grad`` for every Value ``v`` this one depends on.
 
         Each call adds the same gradients again (PyTorch's ``retain_graph=True``).
-        The sweep runs each op's derivative rules from the op table (as source
-        made from them once, see ``backward_step``); adjoints live on the
-        Values while it runs.
-        """
+        The sweep runs each op's derivative rules (``backward_step``); adjoints live
+        on the Values while it runs."""
         if not self._rg:  # a constant: nothing to pass a gradient to
             self.grad += float(gradient)
             return
@@ -379,6 +376,11 @@ def backward_step(op: Op) -> Callable[[Value, float], None]:
 _STEPS: dict[Op, Callable[[Value, float], None]] = {}
 
 
+def set_step(op: Op, step: Callable[[Value, float], None]) -> None:
+    """``step(v, g)``: the reverse step of ``op``, not in the table (``api.step``)."""
+    _STEPS[op] = step
+
+
 def constant(x: Any) -> Value:
     """A number used as an operand: a leaf that takes no gradient.
 
@@ -425,10 +427,7 @@ for _op in OPS.values():
         setattr(Value, _op.name, _m)
 Value.absolute = Value.abs  # np.absolute's name
 Value.mod = Value.remainder  # np.mod's name
-# a real number is its own conjugate (np.var and np.std of an object array ask for it)
-Value.conjugate = Value.conj = lambda self: self  # type: ignore[attr-defined]
-# math.floor(v) ... give Values too: NumPy's object loops for np.floor, np.ceil and np.trunc
-# (an object array of Values) call them.
+# math.floor(v) ... give Values too (NumPy's object loops for np.floor ... call them)
 Value.__floor__, Value.__ceil__, Value.__trunc__ = Value.floor, Value.ceil, Value.trunc
 
 
