@@ -164,8 +164,10 @@ def _scalar_output(fname: str, out: Any) -> Value:
     if isinstance(out, (list, tuple, dict)):
         raise TypeError(
             f"{fname}() must return a scalar (a Value or a number), but it returned a "
-            f"{type(out).__name__}; for the derivatives of several outputs use "
-            f"ad.jacobian({fname}), or reduce them to one number (a sum or a loss)"
+            f"{type(out).__name__}; to return other values beside the loss (an accuracy) "
+            "use has_aux=True (ad.value_and_grad(f, has_aux=True) gives ((loss, aux), "
+            f"gradient)), for the derivatives of several outputs ad.jacobian({fname}), "
+            "or reduce them to one number (a sum or a loss)"
         )
     raise TypeError(
         f"{fname}() must return a scalar (a Value or a number), but it returned "
@@ -220,16 +222,14 @@ def trace_call(
     if outer:  # the last argument's elements are these Values themselves
         inputs[len(inputs) - len(outer) :] = outer
     draws = randomness.Watch(generators)
-    try:
-        with tracing(sites) as state:
-            called = len(inputs) - len(outer or ())  # (the arguments' numbers; then Values)
-            for k, v in enumerate((*inputs, *leaves, *read)):
-                # (a branch on x.data is guarded, as one on x is)
-                traced_float(v, args=ARGUMENT if k < called else ())
-            out = f(*traced)
-    finally:
-        for v in (*leaves, *(outer or ()), *read):
-            v.data = float(v.data)
+    kept = _KeptData(fname, (*leaves, *(outer or ()), *read), inputs)
+    with kept, tracing(sites) as state:
+        called = len(inputs) - len(outer or ())  # (the arguments' numbers; then Values)
+        for k, v in enumerate((*inputs, *leaves, *read)):
+            # (a branch on x.data is guarded, as one on x is)
+            traced_float(v, args=ARGUMENT if k < called else ())
+        kept.mark()
+        out = f(*traced)
     draws.check(fname, captures.code_names(f))
     if multi:
         ys, tree = flatten_output(fname, out, _output_leaf)
@@ -254,6 +254,37 @@ def trace_call(
     )
     tape.tree = tree
     return tape
+
+
+class _KeptData:
+    """The ``.data`` of Values made outside a traced function (``kept``: made traced
+    floats while it runs, then put back) and of its inputs: one the function assigns
+    (``p.data = ...``) is refused, as the compiled code would not assign it again."""
+
+    def __init__(self, fname: str, kept: Sequence[Value], inputs: Sequence[Value]) -> None:
+        self.fname, self.kept, self.inputs = fname, kept, inputs
+        self.given: list[Any] = [v.data for v in kept]
+        self.seen: list[Any] = []
+
+    def mark(self) -> None:
+        """Take the traced floats they hold now as theirs."""
+        self.given, self.seen = [v.data for v in self.kept], [v.data for v in self.inputs]
+
+    def __enter__(self) -> _KeptData:
+        return self
+
+    def __exit__(self, kind: Any, *rest: Any) -> None:
+        values = (*self.kept, *self.inputs)
+        written = [v for v, t in zip(values, (*self.given, *self.seen)) if v.data is not t]
+        for v, t in zip(self.kept, self.given):
+            v.data = float(t)
+        if written and kind is None:
+            raise TypeError(
+                f"{self.fname}() assigned the .data of a Value made outside it while it "
+                f"was traced ({written[0].label or 'p'}.data = ...): the compiled code "
+                "would not do it again at each call. Update parameters outside the "
+                "function (after backward()), or pass the numbers in as arguments"
+            )
 
 
 @randomness.once_more_if_shared
