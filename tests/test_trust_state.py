@@ -569,3 +569,96 @@ def test_a_scipy_function_without_a_rule_is_named_as_scipys():
     special = pytest.importorskip("scipy.special")
     with pytest.raises(TypeError, match=r"calls scipy\.special\.gammaln"):
         ad.grad(lambda x: np.sum(special.gammaln(x)))(np.linspace(1.0, 2.0, 400))
+
+
+# -- compile_loss: its result in expressions, writes to parameters, integer labels ------
+
+
+def _mlp_problem():
+    import random
+
+    random.seed(0)
+    X = np.random.default_rng(0).normal(size=(20, 2))
+    y = np.sign(X[:, 0])
+    model = ad.MLP(2, [4, 1])
+
+    def loss(X, y):
+        return sum((1 + -yi * model(xi)).relu() for xi, yi in zip(X, y)) / len(y)
+
+    return model, loss, X, y
+
+
+def test_a_compiled_loss_passes_its_gradient_through_expressions_made_of_it():
+    model, loss, X, y = _mlp_problem()
+    P = model.parameters()
+    step = ad.compile_loss(loss, P)
+    cases = [
+        (lambda f: f(X, y) * 0.5),  # loss scaling
+        (lambda f: f(X[:10], y[:10]) + f(X[10:], y[10:]) + 0.1 * sum(p * p for p in P)),
+    ]
+    for make in cases:
+        model.zero_grad()
+        make(step).backward()
+        compiled = [p.grad for p in P]
+        model.zero_grad()
+        make(loss).backward()
+        assert compiled == pytest.approx([p.grad for p in P], rel=1e-12, abs=1e-15)
+        assert max(abs(g) for g in compiled) > 0
+    L, E = step(X, y), loss(X, y)
+    model.zero_grad()
+    L.backward()
+    L.backward()  # (twice adds twice, as micrograd's)
+    twice = [p.grad for p in P]
+    model.zero_grad()
+    E.backward()
+    E.backward()
+    assert twice == pytest.approx([p.grad for p in P], rel=1e-12) and L.grad == E.grad == 2.0
+
+
+def test_assigning_a_parameters_data_inside_the_loss_is_refused():
+    model, loss, X, y = _mlp_problem()
+    P = model.parameters()
+    before = P[0].data
+
+    def bad(X, y):
+        P[0].data *= 2  # plain Python doubles it at every call; compiled code would not
+        return loss(X, y)
+
+    with pytest.raises(TypeError, match=r"assigned the \.data"):
+        ad.compile_loss(bad, P)(X, y)
+    assert P[0].data == before  # (put back)
+    w = Value(2.0, label="w")
+
+    def f(x):
+        w.data = 3.0
+        return w * x
+
+    with pytest.raises(TypeError, match=r"w\.data = "):
+        ad.grad(f)(1.0)
+
+
+def test_cross_entropy_with_integer_labels_compiles():
+    import random
+
+    from adcompile import nn
+
+    random.seed(0)
+    m = nn.Sequential(nn.Linear(2, 4), nn.Tanh(), nn.Linear(4, 3))
+    crit = nn.CrossEntropyLoss()
+    X = np.random.default_rng(0).normal(size=(12, 2))
+    step = ad.compile_loss(lambda X, T: crit(m(X), T), m.parameters())
+    for labels in (np.arange(12) % 3, (np.arange(12) + 1) % 3):  # new labels: new trace
+        L = step(X, labels)
+        m.zero_grad()
+        L.backward()
+        compiled = [p.grad for p in m.parameters()]
+        m.zero_grad()
+        E = crit(m(X), labels)
+        E.backward()
+        assert L.data == pytest.approx(E.data, rel=1e-12)
+        assert compiled == pytest.approx([p.grad for p in m.parameters()], rel=1e-10, abs=1e-14)
+
+
+def test_a_tuple_returned_to_a_gradient_names_has_aux():
+    with pytest.raises(TypeError, match="has_aux=True"):
+        ad.grad(lambda x: (x * x, 1.0))(2.0)
