@@ -17,6 +17,7 @@ from conftest import central_diff
 
 import adcompile as ad
 from adcompile.api import captured
+from adcompile.trace import numpy_api  # noqa: F401  (the rules ArrayTrace's arrays use)
 from adcompile.trace.arrays import ArrayTrace, NotArrayLevel
 
 RNG = np.random.default_rng(30)

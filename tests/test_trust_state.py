@@ -662,3 +662,18 @@ def test_cross_entropy_with_integer_labels_compiles():
 def test_a_tuple_returned_to_a_gradient_names_has_aux():
     with pytest.raises(TypeError, match="has_aux=True"):
         ad.grad(lambda x: (x * x, 1.0))(2.0)
+
+
+# -- a tape evaluated at inputs of another branch ---------------------------------------
+
+
+def test_a_tape_refuses_inputs_that_take_another_branch():
+    def f(x, y):
+        return x * y if x > y else x - y
+
+    tape = ad.trace(f, 2.0, 1.0)
+    assert tape.evaluate(3.0, 1.0) == [3.0]
+    with pytest.raises(ValueError, match="guard"):
+        tape.evaluate(0.0, 1.0)  # plain Python: -1.0; the tape holds x * y
+    squares = ad.trace(lambda x: sum(x[i] ** 2 for i in range(3)), np.ones(3))
+    assert squares.evaluate(np.array([1.0, 2.0, 3.0])) == [14.0]  # (an array: its elements)

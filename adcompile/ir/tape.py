@@ -140,11 +140,24 @@ class Tape:
             f"{len(self.outputs)} outputs, {len(self.guards)} guards>"
         )
 
-    def evaluate(self, *args: float) -> list[float]:
-        """The outputs at these inputs (floats), by the forward sweep."""
+    def evaluate(self, *args: Any) -> list[float]:
+        """The outputs at these inputs (floats, or arrays of them in order: the
+        function's arguments), by the forward sweep. Raises ``ValueError`` where a
+        guard fails: the tape holds the branches taken where it was traced."""
+        if len(args) != len(self.inputs):
+            import numpy as np  # (arrays: their elements are the inputs)
+
+            args = tuple(v for a in args for v in np.ravel(np.asarray(a, dtype=float)))
         if len(args) != len(self.inputs):
             raise TypeError(f"this tape takes {len(self.inputs)} inputs, got {len(args)}")
         vals = forward_sweep(self, [float(a) for a in args])
+        for g in self.guards:
+            if not g.holds(vals):
+                raise ValueError(
+                    f"at these inputs the guard v{g.a} {g.cmp} v{g.b} is "
+                    f"{not g.expected}: this tape holds the branches taken where it was "
+                    "traced, not this one's; trace the function again at these inputs"
+                )
         return [vals[o] for o in self.outputs]
 
     def digest(self, *context: Any) -> tuple[str, list[Op]]:
