@@ -62,3 +62,17 @@ def test_has_aux_needs_a_pair():
         ad.grad(lambda x: x * x, has_aux=True)(1.0)
     with pytest.raises(TypeError, match="length 3"):
         ad.value_and_grad(lambda x: (x, x, x), has_aux=True)(1.0)
+
+
+def test_vmap_of_grad_with_a_dict_aux_rebuilds_the_dict():
+    def l2(x):
+        return np.sum(x**2), {"m": x[0], "t": (x[1], [x[0] * 2])}
+
+    X = np.arange(6.0).reshape(3, 2)
+    grads, aux = ad.vmap(ad.grad(l2, has_aux=True))(X)
+    np.testing.assert_array_equal(grads, 2 * X)
+    np.testing.assert_array_equal(aux["m"], X[:, 0])
+    np.testing.assert_array_equal(aux["t"][0], X[:, 1])
+    np.testing.assert_array_equal(aux["t"][1][0], 2 * X[:, 0])
+    (values, aux), grads = ad.vmap(ad.value_and_grad(l2, has_aux=True))(X)
+    np.testing.assert_array_equal(values, np.sum(X**2, axis=1))

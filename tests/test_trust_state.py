@@ -677,3 +677,25 @@ def test_a_tape_refuses_inputs_that_take_another_branch():
         tape.evaluate(0.0, 1.0)  # plain Python: -1.0; the tape holds x * y
     squares = ad.trace(lambda x: sum(x[i] ** 2 for i in range(3)), np.ones(3))
     assert squares.evaluate(np.array([1.0, 2.0, 3.0])) == [14.0]  # (an array: its elements)
+
+
+# -- vmap and export: clear errors, integers shared by every point --------------------
+
+_G = 2.0
+
+
+def test_vmap_and_export_say_what_failed_not_swapfailed():
+    with pytest.raises(TypeError, match=r"float\(\)"):
+        ad.vmap(lambda x: _G * float(x[0]))(np.ones((3, 2)))
+    W = np.ones(300)
+    source = ad.export(lambda x: np.sum(x * W), np.full(300, 0.1))
+    assert "def " in source
+
+
+def test_vmap_passes_integers_shared_by_every_point_as_they_are():
+    def f(x, n, scale=1.0):
+        return scale * sum(x[i] for i in range(n))
+
+    X = np.arange(20.0).reshape(4, 5)
+    for n in (3, 2, 5):
+        np.testing.assert_array_equal(ad.vmap(f, in_axes=(0, None))(X, n), [f(x, n) for x in X])

@@ -86,8 +86,11 @@ class WithAux:
         self.aux = make("jit", aux)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        out = self.output(*args, **kwargs)
-        flat = self.aux(*args, **kwargs)
+        return self.join(self.output(*args, **kwargs), self.aux(*args, **kwargs))
+
+    def join(self, out: Any, flat: Any) -> Any:
+        """The result, of the output transform's result and the aux transform's (or
+        of their results stacked over points, by ``vmap``)."""
         aux = _join(self.skeletons.get(_shape(flat)), flat)
         if self.mode == "grad":
             return out, aux

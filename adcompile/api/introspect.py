@@ -13,6 +13,7 @@ from typing import Any
 
 from ..emit.codegen import CodeFacts
 from ..ir.tape import Param
+from ..trace import captures
 from ..trace.arguments import keyword_is_input
 from .events import summary
 from .specialisation import Specialisation
@@ -35,7 +36,19 @@ class IntrospectMixin:
     def spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
         """The specialisation that serves these arguments (compiling if needed), and
         the call's structure key."""
-        return self._adopting(lambda: self._spec_for(args))
+        return self._adopting(lambda: self._swapped(lambda: self._spec_for(args)))
+
+    def _swapped(self, call: Callable[[], Any]) -> Any:
+        """``call()``; where ``f`` failed on the stand-ins of what it reads from outside
+        (``captures.SwapFailed``), again with those watched instead, as a call does:
+        then ``f``'s own error is raised, not SwapFailed."""
+        try:
+            return call()
+        except captures.NewOuterValues:
+            raise
+        except captures.SwapFailed:
+            self._scan(swap=False)
+            return call()
 
     def _spec_for(self, args: Sequence[Any]) -> tuple[Specialisation, tuple]:
         caps = self._caps if self._caps is not None else self._scan()
@@ -165,7 +178,7 @@ class IntrospectMixin:
             with self._lock:
                 return self._specialise(key, full)
 
-        return self._adopting(traced)
+        return self._adopting(lambda: self._swapped(traced))
 
     def numba_of(self, spec: Specialisation, key: tuple) -> Callable:
         """The Numba function of ``spec`` (see ``numba``), made once. Its arguments

@@ -22,12 +22,14 @@ own branch's answer.
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..ir.outputs import assemble, part_leaves, size
+from .aux import WithAux
 from .transform import Transformed, jit
 
 _DEVICES = ("cpu", "cuda")
@@ -61,6 +63,14 @@ class Vmapped:
         # array code batched, by (id of the compiled program, points, kinds): (that
         # program, (batched program, tape) or None where it does not batch)
         self._batched: dict[tuple, Any] = {}
+        self._static: dict[tuple[int, ...], Transformed] = {}  # (_inner)
+        # of grad(f, has_aux=True): its two transforms mapped, their results joined
+        self._halves = None
+        if isinstance(fun, WithAux):
+            self._halves = (
+                Vmapped(fun.output, in_axes, device),
+                Vmapped(fun.aux, in_axes, device),
+            )
         functools.update_wrapper(self, fun, updated=())
 
     def _axes(self, args: Sequence[Any]) -> list[int | None]:
@@ -93,6 +103,8 @@ class Vmapped:
         return out
 
     def __call__(self, *args: Any) -> Any:
+        if self._halves is not None:
+            return self.fun.join(self._halves[0](*args), self._halves[1](*args))
         axes = self._axes(args)
         if all(ax is None for ax in axes):
             raise ValueError(
@@ -123,7 +135,7 @@ class Vmapped:
                 for p in range(n)
             ]
             return _stack(results)
-        inner, moved, axes, regroup = _over_leaves(self.inner, moved, axes)
+        inner, moved, axes, regroup = _over_leaves(self._inner(moved, axes), moved, axes)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
         inner.check_captures()
         caps = inner.captures
@@ -167,6 +179,22 @@ class Vmapped:
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
         return regroup(assemble(layout.tree, parts))
+
+    def _inner(self, moved: list, axes: list) -> Transformed:
+        """The transform a call runs: of a plain function, one whose integers shared by
+        every point (``in_axes`` None: ``range(n)``, a size) are static, as in JAX,
+        where vmap passes them on as they are."""
+        ints = tuple(
+            p
+            for p, (m, ax) in enumerate(zip(moved, axes))
+            if ax is None and isinstance(m, numbers.Integral) and not isinstance(m, bool)
+        )
+        if not ints or isinstance(self.fun, Transformed) or self.device == "cuda":
+            return self.inner
+        inner = self._static.get(ints)
+        if inner is None:
+            inner = self._static[ints] = jit(self.fun, static_argnums=ints)
+        return inner
 
     def _batched_program(self, spec: Any, kinds: list[str], n: int, point: list[Any]) -> Any:
         """(program, point tape) of ``spec``'s array code at ``n`` points, made once per
