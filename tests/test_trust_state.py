@@ -699,3 +699,37 @@ def test_vmap_passes_integers_shared_by_every_point_as_they_are():
     X = np.arange(20.0).reshape(4, 5)
     for n in (3, 2, 5):
         np.testing.assert_array_equal(ad.vmap(f, in_axes=(0, None))(X, n), [f(x, n) for x in X])
+
+
+# -- arrays the function makes, in export and in the checks ------------------------------
+
+
+def _made(x):
+    z = np.zeros(len(x))
+    z[0] = x[0] ** 2
+    z[1:] = x[1:] * x[0]  # (an array times an element)
+    return np.sum(z * z)
+
+
+def _made_grad(x):
+    g = np.zeros_like(x)
+    g[0] = 4 * x[0] ** 3 + 2 * x[0] * np.sum(x[1:] ** 2)
+    g[1:] = 2 * x[1:] * x[0] ** 2
+    return g
+
+
+@pytest.mark.parametrize("n", [10, 300])
+def test_made_arrays_are_checked_and_exported(n, tmp_path):
+    import importlib.util
+
+    x = np.linspace(0.1, 1.0, n)
+    assert str(ad.check_grad(_made, x)).splitlines()[-1] == "OK"
+    path = tmp_path / "made_export.py"
+    ad.export(_made, x, path=str(path))
+    spec = importlib.util.spec_from_file_location("made_export", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    y = np.linspace(-0.7, 0.4, n)  # (a fresh point)
+    value, grad = module.made(y)  # (the function, named as adcompile names it)
+    assert value == pytest.approx(_made(y), rel=1e-12)
+    np.testing.assert_allclose(grad, _made_grad(y), rtol=1e-12)

@@ -22,7 +22,7 @@ from ..trace.arrays import NotArrayLevel
 from ..trace.mode import debug_nans_enabled
 from ..trace.value import Value
 from .events import RetraceWarning, user_stacklevel
-from .tracing import trace_array_call, trace_call
+from .tracing import trace_array_call, trace_call, trace_expanded
 
 #: Arguments holding at least this many numbers in their arrays are traced at array
 #: level first (one node per NumPy call); smaller ones element by element, as Values,
@@ -205,7 +205,15 @@ class CapturesMixin:
         outer = caps.outer if caps is not None else None
         gens = caps.generators if caps is not None else ()
         read = caps.read_values if caps is not None else ()  # (their .data: traced floats)
-        tape = trace_call(fun, args, *rest, outer=outer, generators=gens, read=read)
+        try:
+            tape = trace_call(fun, args, *rest, outer=outer, generators=gens, read=read)
+        except Exception as on_values:
+            if not self.expand or rest[0]:  # (ad.export: its array program in elements)
+                raise
+            try:
+                tape = trace_expanded(fun, args, rest[-1])
+            except (Exception, NotArrayLevel):
+                raise on_values from None
         if caps is not None and caps.watched:
             caps.settle()  # (what f itself changed while it ran is no change)
         return tape

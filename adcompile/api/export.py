@@ -87,6 +87,7 @@ def export(
         raise ValueError(f"target={target!r}: choose one of {', '.join(map(repr, TARGETS))}")
     t = _transform(f, transform, argnums)
     t.array_level = False  # (exported code is printed from the element-wise tape)
+    t.expand = True  # (np.zeros written into: its array program, in elements)
     spec, key = t.spec_for(example_args)
     names = t.arg_names(len(key))
     params = t.params_for(key)

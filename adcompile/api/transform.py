@@ -106,6 +106,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         # trace array arguments at array level (one node per NumPy call) where fun
         # allows; False: always element by element, as Values
         self.array_level = not debug_nans
+        self.expand = False  # (failing on Values: its array program in elements; export)
         self.array_refused: str | None = None  # why fun is not traced at array level
         self.leaves = leaves  # with leaves, calls take their values first: f(leaf_data, *args)
         # with leaves: given the Values made outside fun that a trace read, those it

@@ -121,8 +121,11 @@ def apply(op: Op, *args: Any) -> Any:
         if not isinstance(a, _NUMBER):
             if hasattr(a, "_apply"):
                 return a._apply(op, args)
-            if isinstance(a, np.ndarray):  # (a tracing array after it records)
-                tracer = next((b for b in args if hasattr(b, "_apply")), None)
+            if isinstance(a, np.ndarray):  # (a tracing array after it records; a
+                # Value among an array of Values is one of its elements)
+                tracer = next(
+                    (b for b in args if hasattr(b, "_apply") and hasattr(b, "shape")), None
+                )
                 return _apply_array(op, args) if tracer is None else tracer._apply(op, args)
             if isinstance(a, (np.floating, np.integer, bool)):
                 continue
