@@ -733,3 +733,37 @@ def test_made_arrays_are_checked_and_exported(n, tmp_path):
     value, grad = module.made(y)  # (the function, named as adcompile names it)
     assert value == pytest.approx(_made(y), rel=1e-12)
     np.testing.assert_allclose(grad, _made_grad(y), rtol=1e-12)
+
+
+# -- static arguments of the derived transforms (SciPy's args=(n,)) ------------------------
+
+
+def _rosen_n(x, n):
+    return sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(n - 1))
+
+
+def test_hvp_hessian_jacobian_take_static_arguments():
+    x, v = np.array([0.3, -0.2, 0.5, 0.1]), np.array([1.0, -2.0, 0.5, 3.0])
+    for n in (4, 3):
+        h = 1e-5
+        grad = ad.grad(_rosen_n, static_argnums=1)
+        fd = np.array([(grad(x + h * e, n) - grad(x - h * e, n)) / (2 * h) for e in np.eye(4)])
+        np.testing.assert_allclose(ad.hessian(_rosen_n, static_argnums=1)(x, n), fd, atol=1e-5)
+        np.testing.assert_allclose(ad.hvp(_rosen_n, static_argnums=1)(x, v, n), fd @ v, atol=1e-4)
+    J = ad.jacobian(lambda x, n, s: x[:n] * s, static_argnums=1)(np.arange(5.0), 3, 2.0)
+    np.testing.assert_array_equal(J, 2.0 * np.eye(3, 5))
+    with pytest.raises(ValueError, match="cannot be static"):
+        ad.hvp(_rosen_n, static_argnums=0)
+
+
+def test_scipy_trust_ncg_with_args_and_a_static_size():
+    optimize = pytest.importorskip("scipy.optimize")
+    r = optimize.minimize(
+        _rosen_n,
+        np.full(5, -0.5),
+        args=(5,),
+        jac=ad.grad(_rosen_n, static_argnums=1),
+        hessp=ad.hvp(_rosen_n, static_argnums=1),
+        method="trust-ncg",
+    )
+    assert r.success and np.allclose(r.x, 1.0, atol=1e-4)

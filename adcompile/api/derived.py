@@ -17,6 +17,7 @@ compiles that with Numba. Conventions follow JAX:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import time
 from collections import OrderedDict
@@ -49,7 +50,7 @@ from ..trace.tapes import build_tape
 from ..trace.value import Value, constant
 from .specialisation import Specialisation
 from .tracing import data_point, flatten_args, replay, values_like
-from .transform import Transformed
+from .transform import Transformed, static_positions
 
 #: A Jacobian or Hessian needing at most this many sweeps is one tape of all its
 #: entries (straight-line code); a larger one is made one basis vector at a
@@ -424,26 +425,95 @@ def _blocks(shapes: list, many: bool) -> tuple[OutLayout, np.ndarray]:
 # ------------------------------------------------------------------ the public functions
 
 
-def jacobian(fun: Callable, argnums: int | Sequence[int] = 0, *, mode: str = "auto") -> Derived:
+def jacobian(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    *,
+    mode: str = "auto",
+    static_argnums: int | Sequence[int] = (),
+) -> Any:
     """The Jacobian of ``fun`` with respect to argument(s) ``argnums`` (JAX's ``jacrev``
     shapes: output shape + argument shape; per output leaf of a tuple or list).
 
     ``mode``: ``"reverse"`` (one sweep per output), ``"forward"`` (one per input)
     or ``"auto"`` (the fewer); ``ad.show_code`` and ``.explanation`` say which.
+    ``static_argnums``: arguments that are constants of the code, as for ``grad``.
     """
-    return Derived(fun, argnums, "jacobian", mode)
+    return _with_statics(fun, argnums, "jacobian", mode, static_argnums)
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0) -> Derived:
+def hessian(
+    fun: Callable, argnums: int | Sequence[int] = 0, *, static_argnums: int | Sequence[int] = ()
+) -> Any:
     """The Hessian of scalar ``fun`` (shape: argument shape + argument shape; for a
     tuple ``argnums``, a tuple of tuples of blocks), forward over reverse."""
-    return Derived(fun, argnums, "hessian")
+    return _with_statics(fun, argnums, "hessian", "auto", static_argnums)
 
 
-def hvp(fun: Callable) -> Derived:
+def hvp(fun: Callable, *, static_argnums: int | Sequence[int] = ()) -> Any:
     """``hvp(f)(x, v, *args)``: the Hessian of scalar ``f`` in ``x`` times ``v``,
-    without forming the Hessian (SciPy's ``hessp(x, p, *args)``)."""
-    return Derived(fun, 0, "hvp")
+    without forming the Hessian (SciPy's ``hessp(x, p, *args)``). ``static_argnums``:
+    positions among ``f``'s arguments (``args`` passed by SciPy that set sizes)."""
+    return _with_statics(fun, 0, "hvp", "auto", static_argnums)
+
+
+def _with_statics(fun: Callable, argnums: Any, mode: str, sweeps: str, static: Any) -> Any:
+    """``Derived(fun, argnums, mode, sweeps)``, or with static arguments a
+    :class:`Statics` of it (one per their values)."""
+    positions = static_positions(static)
+    if not positions:
+        return Derived(fun, argnums, mode, sweeps)
+    return Statics(fun, argnums, mode, sweeps, positions)
+
+
+class Statics:
+    """A derived transform of ``fun`` whose arguments at ``positions`` (of ``fun``'s)
+    are constants of the code: one :class:`Derived` per their values (each new
+    value traces again), of ``fun`` with them put back in."""
+
+    def __init__(
+        self, fun: Callable, argnums: Any, mode: str, sweeps: str, positions: tuple
+    ) -> None:
+        many = isinstance(argnums, (tuple, list))
+        wrt = tuple(argnums) if many else (argnums,)
+        if mode == "hvp" and 0 in positions or set(wrt) & set(positions):
+            raise ValueError(
+                f"static_argnums={positions!r}: a differentiated argument cannot be static"
+            )
+        self.fun, self.mode, self.sweeps, self.positions = fun, mode, sweeps, positions
+        # the differentiated positions among the others
+        moved = tuple(k - sum(p < k for p in positions) for k in wrt)
+        self.argnums = moved if many else moved[0]
+        self._made: dict[tuple, Derived] = {}
+        functools.update_wrapper(self, fun, updated=())
+
+    def __call__(self, *args: Any) -> Any:
+        shift = 1 if self.mode == "hvp" else 0  # (hvp's call is f's arguments with v)
+        at = sorted(p + shift for p in self.positions)
+        if at and at[-1] >= len(args):
+            raise TypeError(f"static_argnums={self.positions!r}: only {len(args)} arguments")
+        values = tuple(args[k] for k in at)
+        t = self._made.get(values)
+        if t is None:
+            t = self._made[values] = Derived(
+                _bound(self.fun, self.positions, values), self.argnums, self.mode, self.sweeps
+            )
+        return t(*[a for k, a in enumerate(args) if k not in at])
+
+
+def _bound(fun: Callable, positions: tuple, values: tuple) -> Callable:
+    """``fun`` of the other arguments, ``values`` put back at ``positions``."""
+    fixed = dict(zip(sorted(positions), values))
+
+    @functools.wraps(fun)
+    def bound(*others: Any) -> Any:
+        rest, args = iter(others), []
+        for k in range(len(others) + len(fixed)):
+            args.append(fixed[k] if k in fixed else next(rest))
+        return fun(*args)
+
+    del bound.__wrapped__  # (its parameters are the others)
+    return bound
 
 
 #: The compiled jvp of the functions ``jvp`` was called with lately (by identity; a

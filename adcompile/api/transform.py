@@ -92,7 +92,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         if not callable(fun):
             raise TypeError(f"{mode}() needs a function, got {type(fun).__name__!r}")
         _check_argnums(argnums, mode)
-        self._static = _static_positions(static_argnums)
+        self._static = static_positions(static_argnums)
         self.fun = fun
         self.mode = mode  # "grad", "value_and_grad" or "jit"
         self.argnums = argnums
@@ -493,7 +493,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         return g if self.mode == "grad" else (outs[0], g)
 
 
-def _static_positions(static_argnums: Any) -> tuple[int, ...]:
+def static_positions(static_argnums: Any) -> tuple[int, ...]:
     """``static_argnums`` as a tuple of ints (TypeError naming what else it was)."""
     nums = static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,)
     if not all(isinstance(k, int) and not isinstance(k, bool) for k in nums):
