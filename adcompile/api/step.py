@@ -27,6 +27,7 @@ import numpy as np
 from ..emit.codegen import CodeFacts
 from ..ir.ops import Op
 from ..trace.arguments import int_data
+from ..trace.mode import MODE
 from ..trace.value import Value, set_step, topological_order
 from .captured import LeavesGrew
 from .transform import Transformed
@@ -51,8 +52,12 @@ class CompiledLossValue(Value):
 
     @classmethod
     def made(cls, loss: float, owner: CompiledLoss, grads: np.ndarray) -> CompiledLossValue:
-        out = cls(loss)
-        out._fn, out._loss, out._grads = _LOSS, owner, grads
+        """The result of ``owner``'s call; inside another trace, a constant of it."""
+        tracing = MODE.get().trace is not None
+        out = cls(loss, requires_grad=not tracing)
+        out._loss, out._grads = owner, grads
+        if not tracing:
+            out._fn = _LOSS
         return out
 
 

@@ -46,6 +46,7 @@ from ..ir.array_products import matmul
 from ..ir.arrays import ArrayOp, ArrayTape, Shape, broadcast, evaluate_node
 from ..ir.ops import OPERATORS, Op
 from ..ir.tape import CONST, INPUT, Node
+from .mode import in_library
 
 #: How a refusal ends that names a NumPy function with no rule here ("np.sort" + NO_RULE).
 NO_RULE = " has no array-level rule"
@@ -308,7 +309,7 @@ class ArrayValue:
         """``np.ndarray`` to the user's code, so that ``isinstance(x, np.ndarray)``
         holds as for the array it stands for; ``ArrayValue`` to adcompile's and
         NumPy's."""
-        if sys._getframe(1).f_globals.get("__name__", "").startswith(("adcompile.", "numpy.")):
+        if in_library(1):
             return ArrayValue
         return np.ndarray
 

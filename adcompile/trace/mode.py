@@ -92,6 +92,12 @@ def caller_line(depth: int = 2) -> str:
     return site_text(caller_site(depth + 1))
 
 
+def in_library(depth: int) -> bool:
+    """Whether the code ``depth`` frames above the caller (1: whoever called it) is
+    adcompile's or NumPy's, not the user's."""
+    return sys._getframe(depth + 1).f_globals.get("__name__", "").startswith(LIBRARY_FRAMES)
+
+
 def caller_site(depth: int = 2) -> tuple[Any, int] | None:
     """``(code, instruction offset)`` in the first frame outside adcompile, cheaply.
 

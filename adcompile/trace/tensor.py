@@ -8,14 +8,13 @@ every op in the op table, including ops a user defines later.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
 from ..ir import ops
 from ..ir.array_ops import normal_axes
-from .mode import LIBRARY_FRAMES
+from .mode import in_library
 from .traced import TracedFloat, frozen_data
 from .ufuncs import PREDICATES
 from .value import Value
@@ -98,7 +97,7 @@ class ValueArray(np.ndarray):
         return sorted(set(super().__dir__()) | set(ops.OPS))
 
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
-        if func is np.result_type and _users(2):  # (float64, as dtype says there)
+        if func is np.result_type and not in_library(1):  # (float64, as dtype says there)
             return np.result_type(*[_FLOAT64 if type(a) is ValueArray else a for a in args])
         out = super().__array_function__(func, types, args, kwargs)
         if type(out) is _ND and out.dtype == object and out.ndim:  # (np.where ...: its
@@ -112,7 +111,7 @@ class ValueArray(np.ndarray):
         the eager run of check mode takes it too); ``object`` to adcompile's and
         NumPy's code, which handle the Values."""
         real = _ND.dtype.__get__(self)  # type: ignore[attr-defined]
-        return _FLOAT64 if real.kind == "O" and _users(2) else real
+        return _FLOAT64 if real.kind == "O" and not in_library(1) else real
 
     @property
     def data(self) -> np.ndarray:  # type: ignore[override]
@@ -145,11 +144,6 @@ class ValueArray(np.ndarray):
         if not isinstance(v, Value):
             raise TypeError(f"backward() needs a Value, this array holds {type(v).__name__!r}")
         v.backward(gradient)
-
-
-def _users(depth: int) -> bool:
-    """Whether the code ``depth`` frames up is the user's (not adcompile's or NumPy's)."""
-    return not sys._getframe(depth).f_globals.get("__name__", "").startswith(LIBRARY_FRAMES)
 
 
 def _object_ufunc(op: ops.Op) -> np.ufunc:

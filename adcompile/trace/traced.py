@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import numbers
 import operator
-import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.ops import Op
-from .mode import COMPARE_FLOATS, LIBRARY_FRAMES, MODE
+from .mode import COMPARE_FLOATS, MODE, in_library
 from .numeric import Numeric
 from .ufuncs import PREDICATES
 
@@ -56,9 +55,7 @@ class TracedFloat(float):
         return self.owner(op, self.args, float(self))
 
     def _guard(self, cmp: str, other: Any) -> Any:
-        if MODE.get().trace is None or sys._getframe(2).f_globals.get("__name__", "").startswith(
-            LIBRARY_FRAMES
-        ):
+        if MODE.get().trace is None or in_library(2):
             return COMPARE_FLOATS[cmp](float(self), other)
         if type(other) is TracedFloat:
             other = other.value()
@@ -91,9 +88,7 @@ class TracedFloat(float):
         """The float's hash, but refused in the user's code while tracing: a set or dict
         lookup that misses (``x.data in {1.0}``) compares nothing, so no guard would
         keep its "absent" from being compiled in."""
-        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
-            "__name__", ""
-        ).startswith(LIBRARY_FRAMES):
+        if MODE.get().trace is not None and not in_library(1):
             raise TypeError(
                 "hash() of a traced Value's .data (a set or dict key, or `in` on a set or "
                 "dict): a lookup that misses compares nothing, so its answer could not be "
@@ -109,9 +104,7 @@ class TracedFloat(float):
         """The float, but refused in the user's code while tracing: ``float(x.data)``
         would be a number of the trace, compiled in where plain Python reads the
         value of each call."""
-        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
-            "__name__", ""
-        ).startswith(LIBRARY_FRAMES):
+        if MODE.get().trace is not None and not in_library(1):
             frozen_data(self)
         return float.__float__(self)
 
@@ -120,9 +113,7 @@ class TracedFloat(float):
         tracing: guarded as on the Value; any other ufunc is refused there (its result
         would be a number of the trace), and sees a plain float elsewhere."""
         test = PREDICATES.get(ufunc) if method == "__call__" and not kwargs else None
-        if MODE.get().trace is not None and not sys._getframe(1).f_globals.get(
-            "__name__", ""
-        ).startswith(LIBRARY_FRAMES):
+        if MODE.get().trace is not None and not in_library(1):
             if test is None:  # (np.exp(x.data): a number of the trace, compiled in)
                 frozen_data(self)
             owner = self.value()
@@ -154,14 +145,9 @@ _UNARY = {"__neg__": operator.neg, "__pos__": operator.pos, "__abs__": operator.
 _TO_INT = ("__int__", "__trunc__", "__floor__", "__ceil__")
 
 
-def _library(where: dict) -> bool:
-    """Whether code of module globals ``where`` is adcompile's or NumPy's."""
-    return where.get("__name__", "").startswith(LIBRARY_FRAMES)
-
-
 def _in_user_code() -> bool:
     """Whether the arithmetic calling this was written in the user's code, while tracing."""
-    return MODE.get().trace is not None and not _library(sys._getframe(2).f_globals)
+    return MODE.get().trace is not None and not in_library(2)
 
 
 def _on_value(plain: Any, fn: Callable, operands: tuple) -> Any:
@@ -188,7 +174,7 @@ def _binary(name: str, fn: Callable, swapped: bool) -> Callable:
     plain = getattr(float, name)
 
     def method(self: TracedFloat, other: Any) -> Any:
-        if _library(sys._getframe(1).f_globals) or MODE.get().trace is None:
+        if in_library(1) or MODE.get().trace is None:
             return plain(self, other)  # (the hot case: a Value's operator)
         if isinstance(other, Numeric) or not isinstance(other, numbers.Real):
             return NotImplemented  # (a Value's or an array's operator, which refuse it)
