@@ -93,6 +93,8 @@ def _unique_params(f: Callable, n: int) -> list[str]:
 class CompileMixin:
     """Tracing and compiling specialisations (see the module)."""
 
+    _branches = 0  # (traces for a failed guard: _deferring)
+
     def _miss(self, key: tuple, args: Sequence[Any], flat: list) -> tuple:
         """No specialisation fits these inputs: run the batch-generic code if there is
         one (or can be), else trace ``f`` again and compile."""
@@ -161,7 +163,7 @@ class CompileMixin:
 
         reason = self._reason = self._why(key, flat)
         branch = reason.startswith("a guard failed")
-        self._branches = getattr(self, "_branches", 0) + branch
+        self._branches += branch
         token = DEFERRED.set(DEFER_CALLS if branch and self._branches >= DEFER_AFTER else 0)
         try:
             yield reason

@@ -72,8 +72,7 @@ def numba_later(
     )
     if not wanted:
         return load()
-    python = getattr(loader.load(source, fname, {"abs": math.fabs}), fname)
-    return NumbaLater(python, load, getattr(loader.load(source, fname), fname), calls)
+    return _later(source, fname, load, calls, background=True)
 
 
 def numba_fresh(
@@ -86,9 +85,17 @@ def numba_fresh(
     calls = DEFERRED.get()
     if calls <= 0 or PYTHON_FIRST == "never" or operations * calls > MAX_OPERATIONS:
         return load()
+    return _later(source, fname, load, calls, background=False)
+
+
+def _later(
+    source: str, fname: str, load: Callable[[], Callable], calls: int, background: bool
+) -> NumbaLater:
+    """A :class:`NumbaLater` of ``fname`` in ``source`` (its Python version's ``abs``
+    is ``math.fabs``: see the module)."""
     python = getattr(loader.load(source, fname, {"abs": math.fabs}), fname)
     py_func = getattr(loader.load(source, fname), fname)
-    return NumbaLater(python, load, py_func, calls, background=False)
+    return NumbaLater(python, load, py_func, calls, background)
 
 
 class NumbaLater:
