@@ -390,8 +390,8 @@ class _Scanner:
             self.caps.read_values.append(v)
             return
         if kind is not None:
-            how = "subarray" if isinstance(v, np.ndarray) else "value"
-            self.watch(text, expr, "array" if type(v) is np.ndarray else how)
+            kind = "subarray" if isinstance(v, np.ndarray) else "value"  # (np.matrix ...)
+            self.watch(text, expr, "array" if type(v) is np.ndarray else kind)
             return
         if moves(v):  # (a random generator or an iterator: watched while tracing)
             self.caps.generators.append((text, v))
@@ -400,7 +400,8 @@ class _Scanner:
             self.watch(text, expr, "items")
             return
         if isinstance(v, COPIED):
-            return self.watch(text, expr, "copy")
+            self.watch(text, expr, "copy")
+            return
         inside = what
         if not what[1].startswith("through "):
             inside = (what[0], f"through {what[0]}, {what[1]}")
