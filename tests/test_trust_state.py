@@ -503,8 +503,10 @@ def test_clip_gradient_element_by_element_matches_finite_differences():
 # -- code for inputs that keep taking new branches runs as Python first ----------------
 
 
-def test_new_branches_run_as_python_first_and_stay_right():
+def test_new_branches_run_as_python_first_and_stay_right(tmp_path, monkeypatch):
     from adcompile.backend.python_first import NumbaLater
+
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))  # (code on disk: loaded)
 
     def f(x):
         s = 0.0
