@@ -769,3 +769,23 @@ def test_scipy_trust_ncg_with_args_and_a_static_size():
         method="trust-ncg",
     )
     assert r.success and np.allclose(r.x, 1.0, atol=1e-4)
+
+
+# -- .numba(): arguments and out of the wrong size ----------------------------------------
+
+
+def test_numba_function_refuses_arrays_of_the_wrong_size():
+    numba = pytest.importorskip("numba")
+    fn = ad.value_and_grad(lambda x: np.sum(x**2)).numba(np.ones(4))
+
+    @numba.njit
+    def use(x, out):
+        return fn(x, out)
+
+    buf = np.zeros(8)
+    x = np.array([1.0, 2.0, 3.0, 4.0])
+    assert use(x, buf[:5]) and list(buf) == [30.0, 2.0, 4.0, 6.0, 8.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="out needs 5 values"):
+        use(x, buf[:2])  # (it wrote past out's end)
+    with pytest.raises(ValueError, match="needs 4 values"):
+        use(np.ones(3), buf[:5])

@@ -170,7 +170,7 @@ class StraightLineCompiled(CompiledProgram):
         return visitor.straight_line(self)
 
     def _make_numba(self) -> Callable:
-        return native_entry(self.params, self.native)
+        return native_entry(self.params, self.native, self.n_out)
 
     def direct(self, plan: DirectPlan) -> DirectFunction:
         """Straight-line code compiled once more, its outputs placed where the direct
@@ -349,7 +349,7 @@ class LoopCompiled(CompiledProgram):
         return visitor.folded(self, self.loops, ())
 
     def _make_numba(self) -> Callable:
-        return native_entry(self.params, self.native)
+        return native_entry(self.params, self.native, self.n_out)
 
     def direct(self, plan: DirectPlan) -> DirectFunction:
         return direct_native(self.native, self.n_out, plan)
@@ -426,4 +426,4 @@ class BasisCompiled(CompiledProgram):
         return visitor.basis(self, self.one, self.m, self.dest)
 
     def _make_numba(self) -> Callable:
-        return native_entry(self.params, self.native)
+        return native_entry(self.params, self.native, self.n_out)

@@ -161,7 +161,7 @@ def compile_direct_folded(
     return fn, work + n_out
 
 
-def native_entry(params: Sequence[Param], native: Any) -> Callable:
+def native_entry(params: Sequence[Param], native: Any, n_out: int | None = None) -> Callable:
     """One Numba function ``entry(*args, out) -> ok`` around compiled code called as
     ``native`` says (a :class:`NativeCall`), callable from the user's own
     ``@numba.njit`` code.
@@ -169,12 +169,23 @@ def native_entry(params: Sequence[Param], native: Any) -> Callable:
     ``args`` are as in ``params`` (a float, or a flat float64 array); ``out``
     receives the outputs; the result is False when a guard fails. The work
     array the code needs is made inside, so the signature is the same for
-    every kind of code.
+    every kind of code. With ``n_out`` (code of fixed sizes), an array argument of
+    another length than its parameter's, or an ``out`` shorter than ``n_out``,
+    raises ``ValueError`` (the code would read or write past their ends).
     """
     names = [f"a{k}" for k in range(len(params))]
     ns: dict[str, Any] = {"np": np, "inner": numba_of(native.fn), "columns": native.columns}
     called = [*map(str, native.lead), *names]
     body = []
+    if n_out is not None:
+        for k, (name, p) in enumerate(zip(names, params)):
+            if p.size is not None:
+                body.append(f"if {name}.shape[0] != {p.size}:")
+                body.append(
+                    f"    raise ValueError('argument {k} ({p.name}) needs {p.size} values')"
+                )
+        body.append(f"if out.shape[0] < {n_out}:")
+        body.append(f"    raise ValueError('out needs {n_out} values')")
     if native.work is not None:
         body.append(f"work = np.empty({native.work})")
         called += ["work", "columns"]
