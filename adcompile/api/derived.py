@@ -485,6 +485,7 @@ class Statics:
         moved = tuple(k - sum(p < k for p in positions) for k in wrt)
         self.argnums = moved if many else moved[0]
         self._made: dict[tuple, Derived] = {}
+        self._last: Derived | None = None
         functools.update_wrapper(self, fun, updated=())
 
     def __call__(self, *args: Any) -> Any:
@@ -498,7 +499,23 @@ class Statics:
             t = self._made[values] = Derived(
                 _bound(self.fun, self.positions, values), self.argnums, self.mode, self.sweeps
             )
+        self._last = t
         return t(*[a for k, a in enumerate(args) if k not in at])
+
+    @property
+    def traces(self) -> int:
+        """How many times ``fun`` was traced, for every static value."""
+        return sum(t.traces for t in self._made.values())
+
+    @property
+    def source(self) -> str:
+        """The generated source of the last call."""
+        return self._last.source
+
+    @property
+    def explanation(self) -> str:
+        """Why the last call's code has the form it has."""
+        return self._last.explanation
 
 
 def _bound(fun: Callable, positions: tuple, values: tuple) -> Callable:

@@ -64,6 +64,7 @@ class Vmapped:
         # program, (batched program, tape) or None where it does not batch)
         self._batched: dict[tuple, Any] = {}
         self._static: dict[tuple[int, ...], Transformed] = {}  # (_inner)
+        self._last = self.inner  # (the transform the last call ran)
         # of grad(f, has_aux=True): its two transforms mapped, their results joined
         self._halves = None
         if isinstance(fun, WithAux):
@@ -135,7 +136,8 @@ class Vmapped:
                 for p in range(n)
             ]
             return _stack(results)
-        inner, moved, axes, regroup = _over_leaves(self._inner(moved, axes), moved, axes)
+        self._last = self._inner(moved, axes)
+        inner, moved, axes, regroup = _over_leaves(self._last, moved, axes)
         example = [m[0] if ax is not None else m for m, ax in zip(moved, axes)]
         inner.check_captures()
         caps = inner.captures
@@ -179,6 +181,21 @@ class Vmapped:
             for k, value in part_leaves(layout.tree, inner(*point)):
                 parts[k][p] = value
         return regroup(assemble(layout.tree, parts))
+
+    @property
+    def traces(self) -> int:
+        """How many times the function was traced (by the transform the last call ran)."""
+        return self._last.traces
+
+    @property
+    def source(self) -> str:
+        """The generated source the last call ran (one point's code)."""
+        return self._last.source
+
+    @property
+    def explanation(self) -> str:
+        """Why the last call's code has the form it has."""
+        return self._last.explanation
 
     def _inner(self, moved: list, axes: list) -> Transformed:
         """The transform a call runs: of a plain function, one whose integers shared by
