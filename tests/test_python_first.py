@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import fresh_loader
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from test_fuzz import PATIENT, _compile, programs
@@ -135,12 +136,16 @@ def test_batch_generic_code_is_restored_and_its_first_call_runs_as_python(tmp_pa
 
 
 @pytest.fixture
-def restored(monkeypatch):
+def restored(monkeypatch, tmp_path):
     """``restored(f, *args)``: value_and_grad of ``f`` compiled once, then made again as
     a new process would, from its record on disk, its first call run as Python:
-    ``(first call's result, the restored code, the cold transform's result)``."""
+    ``(first call's result, the restored code, the cold transform's result)``. The
+    disk cache is one of its own (what other tests did to the shared one, in this
+    process or in another worker, is no concern of it)."""
     monkeypatch.setattr(python_first, "PYTHON_FIRST", "always")
     monkeypatch.delenv("ADCOMPILE_CHECK", raising=False)
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
+    fresh_loader(monkeypatch)
 
     def make(f, *args, argnums=0):
         cold = ad.value_and_grad(f, argnums=argnums, check=False)(*args)
