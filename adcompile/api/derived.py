@@ -48,6 +48,7 @@ from ..trace.arguments import shape_text
 from ..trace.mode import gc_paused, recording
 from ..trace.tapes import build_tape
 from ..trace.value import Value, constant
+from .introspect import ShowsLast
 from .specialisation import Specialisation
 from .tracing import data_point, flatten_args, replay, values_like
 from .transform import Transformed, static_positions
@@ -466,7 +467,7 @@ def _with_statics(fun: Callable, argnums: Any, mode: str, sweeps: str, static: A
     return Statics(fun, argnums, mode, sweeps, positions)
 
 
-class Statics:
+class Statics(ShowsLast):
     """A derived transform of ``fun`` whose arguments at ``positions`` (of ``fun``'s)
     are constants of the code: one :class:`Derived` per their values (each new
     value traces again), of ``fun`` with them put back in."""
@@ -506,16 +507,6 @@ class Statics:
     def traces(self) -> int:
         """How many times ``fun`` was traced, for every static value."""
         return sum(t.traces for t in self._made.values())
-
-    @property
-    def source(self) -> str:
-        """The generated source of the last call."""
-        return self._last.source
-
-    @property
-    def explanation(self) -> str:
-        """Why the last call's code has the form it has."""
-        return self._last.explanation
 
 
 def _bound(fun: Callable, positions: tuple, values: tuple) -> Callable:

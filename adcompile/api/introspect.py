@@ -187,3 +187,21 @@ class IntrospectMixin:
 
 
 # names generated code uses besides the arguments: an argument of the same name is
+
+
+class ShowsLast:
+    """``.source`` and ``.explanation`` of the transform the last call ran (``_last``),
+    for what calls one of several transforms (``vmap``, static arguments, a compiled
+    loss with integer labels)."""
+
+    _last: Any
+
+    @property
+    def source(self) -> str:
+        """The generated source the last call ran."""
+        return self._last.source
+
+    @property
+    def explanation(self) -> str:
+        """Why the last call's code has the form it has."""
+        return self._last.explanation

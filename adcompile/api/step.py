@@ -30,6 +30,7 @@ from ..trace.arguments import int_data
 from ..trace.mode import MODE
 from ..trace.value import Value, set_step, topological_order
 from .captured import LeavesGrew
+from .introspect import ShowsLast
 from .transform import Transformed
 
 
@@ -68,7 +69,7 @@ def _loss_step(v: CompiledLossValue, g: float) -> None:
 set_step(_LOSS, _loss_step)
 
 
-class CompiledLoss:
+class CompiledLoss(ShowsLast):
     """``loss_fn(*data)`` compiled with ``params`` (Values) as inputs."""
 
     def __init__(self, loss_fn: Callable[..., Any], params: Iterable[Value]) -> None:
@@ -84,7 +85,7 @@ class CompiledLoss:
         # gradient and that its traces read (a Value made from a parameter before the
         # trace: its gradient goes on through its own graph, as in micrograd)
         self._leaves = list(self.params)
-        self._vg = self._transform(loss_fn)
+        self._vg = self._last = self._transform(loss_fn)
         self._labels: list[np.ndarray] = []  # (the call's integer arrays: _labelled)
         self._with_labels: dict[tuple[int, ...], Transformed] = {}
 
@@ -117,6 +118,7 @@ class CompiledLoss:
     def _raw(self, *data: Any) -> tuple[float, np.ndarray]:
         """The loss and its gradient with respect to ``_leaves``."""
         vg, data = self._labelled(data)
+        self._last = vg  # (its code is what .source shows)
         for _ in range(8):
             theta = np.fromiter((p.data for p in self._leaves), float, len(self._leaves))
             try:
@@ -162,19 +164,9 @@ class CompiledLoss:
         return CompiledLossValue.made(loss, self, grads)
 
     @property
-    def source(self) -> str:
-        """The generated source of the most recent call."""
-        return self._vg.source
-
-    @property
-    def explanation(self) -> str:
-        """Why the most recent call's code has the form it has (folded loops ...)."""
-        return self._vg.explanation
-
-    @property
     def facts(self) -> CodeFacts:
         """What the most recent call's code is, in numbers (``codegen.CodeFacts``)."""
-        return self._vg.facts
+        return self._last.facts
 
 
 def compile_loss(loss_fn: Callable[..., Any], params: Iterable[Value]) -> CompiledLoss:

@@ -30,12 +30,13 @@ import numpy as np
 
 from ..ir.outputs import assemble, part_leaves, size
 from .aux import WithAux
+from .introspect import ShowsLast
 from .transform import Transformed, jit
 
 _DEVICES = ("cpu", "cuda")
 
 
-class Vmapped:
+class Vmapped(ShowsLast):
     """``f`` mapped over the leading axis of its array arguments (see ``vmap``)."""
 
     def __init__(self, fun: Callable, in_axes: Any = 0, device: str = "cpu") -> None:
@@ -186,16 +187,6 @@ class Vmapped:
     def traces(self) -> int:
         """How many times the function was traced (by the transform the last call ran)."""
         return self._last.traces
-
-    @property
-    def source(self) -> str:
-        """The generated source the last call ran (one point's code)."""
-        return self._last.source
-
-    @property
-    def explanation(self) -> str:
-        """Why the last call's code has the form it has."""
-        return self._last.explanation
 
     def _inner(self, moved: list, axes: list) -> Transformed:
         """The transform a call runs: of a plain function, one whose integers shared by
