@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from test_arrays_fuzz import ENDS, HALF, STEPS, _program
 
 import adcompile as ad
+from adcompile.emit.array_scans import lay_out
 from adcompile.ir.arrays import ArrayTape
-from adcompile.loops.array_scan import fold
+from adcompile.loops import ir as loopir
+from adcompile.loops.array_scan import run, scan
 
 RNG = np.random.default_rng(32)
 T, H, D = 12, 5, 3
@@ -121,7 +123,10 @@ def test_what_a_scan_folds() -> None:
     vg(*_args())
     tape = vg.last.compiled.tape
     assert isinstance(tape, ArrayTape)
-    folded, spans = fold(tape)
+    program = scan(tape, vg.last.compiled.params)
+    loops = [item for item in program.items if type(item) is loopir.Loop]
+    assert [loop.trips for loop in loops][:1] == [T] and len(loops) == 2
+    folded, spans = lay_out(tape, program)
     assert len(spans) == 2
     forward, adjoint = spans
     assert forward.reps == T
@@ -132,6 +137,26 @@ def test_what_a_scan_folds() -> None:
     # the gradient of W summed over steps: each step's product accumulates onto the
     # array of the sum so far, which no one reads after (no copy a step)
     assert "onto its array" in vg.source and "onto a copy" not in vg.source
+
+
+@pytest.mark.parametrize("f", PROGRAMS, ids=lambda f: f.__name__)
+def test_the_loop_ir_of_a_scan_runs_as_the_unrolled_tape(f) -> None:  # noqa: ANN001
+    """Each program's value-and-gradient tape in the loop IR (``scan``: a loop per run
+    of steps, whose body is an array tape) runs, repetition by repetition, to the
+    answers of the tape interpreter (every step unrolled) at a fresh point; and its
+    printed program shows the scans."""
+    vg = ad.value_and_grad(f, argnums=(0, 1, 2))
+    vg(*_args())
+    compiled = vg.last.compiled
+    program = scan(compiled.tape, compiled.params)
+    loops = [item for item in program.items if type(item) is loopir.Loop]
+    assert loops and all(isinstance(loop.body, ArrayTape) for loop in loops)
+    assert sum(len(loop.body.nodes) for loop in loops) < len(compiled.tape.nodes) / 3
+    args = _args()
+    for got, want in zip(run(program, args), compiled.tape.evaluate(*args)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    text = str(program)
+    assert f"loop i in range({loops[0].trips})" in text and "input prev b" in text, text
 
 
 def outer_sums(G0, A, B):  # noqa: ANN001, ANN201, N803
@@ -212,11 +237,15 @@ def test_random_loops_over_steps(steps, end, reps, backwards, seed) -> None:  # 
     assert "steps of" in vg.source, vg.source[:400]
     fresh = rng.normal(size=(3, 4))
     v, g = vg(fresh, data)
+    compiled = vg.last.compiled
     with np.errstate(all="ignore"):
         want = float(f(fresh, data))
-        iv, ig = vg.last.compiled.tape.evaluate(fresh, data)
+        iv, ig = compiled.tape.evaluate(fresh, data)
+        lv, lg = run(scan(compiled.tape, compiled.params), [fresh, data])  # (the loop IR)
     assert v == pytest.approx(want, rel=1e-10, abs=1e-12)
     np.testing.assert_allclose(g, ig, rtol=1e-9, atol=1e-12)
+    assert lv == pytest.approx(iv, rel=1e-12, abs=1e-14)
+    np.testing.assert_allclose(lg, ig, rtol=1e-12, atol=1e-14)
     d = rng.normal(size=fresh.shape)
     fd = central_diff(lambda x: f(x, data), fresh, d, h=1e-6)
     assert float(np.sum(g * d)) == pytest.approx(fd, rel=2e-5, abs=2e-6)

@@ -18,8 +18,9 @@ prints as NumPy calls) as explicit loops, for ``numba.njit``:
 - an array is made only where a value is read twice, by a product, or
   broadcast against a larger one (each of its elements would be computed more
   than once), or read outside its loop;
-- a tape's repeated runs (a Python loop over steps) are folded into loops
-  (``loops.array_scan``): one body each, inside ``for r0 in range(reps)``.
+- a tape's repeated runs (a Python loop over steps) are loops of the loop IR
+  (``loops.array_scan.scan``), laid out with one body each (``emit.array_scans``),
+  printed inside ``for r0 in range(reps)``.
 
 Every op's form is its own (``Op.code`` for the scalar ops, ``ArrayOp.loop``
 for the others); a tape with an op that has none raises :class:`NotLowered`,
@@ -38,7 +39,8 @@ from ..ir.arrays import ArrayOp, ArrayTape
 from ..ir.loop_forms import broadcast_index, nest
 from ..ir.ops import Op
 from ..ir.tape import CONST, INPUT, Param
-from ..loops.array_scan import Span, fold
+from ..loops.array_scan import scan
+from .array_scans import Span, lay_out
 from .arrays import code_params, literal, out_sizes
 
 _INIT = {"sum": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf"}
@@ -66,7 +68,7 @@ def loop_source(
     runs are folded into loops (``loops.array_scan``). Products of at most
     ``small`` multiply-adds are loops (0: none, as code generic in the batch
     length has it, whose sizes are not known; None: ``SMALL_PRODUCT``)."""
-    folded, spans = fold(tape)
+    folded, spans = lay_out(tape, scan(tape, params))
     if max_nodes is not None and len(folded.nodes) > max_nodes:
         raise NotLowered(f"{len(folded.nodes)} nodes once folded (more than {max_nodes})")
     small = SMALL_PRODUCT if small is None else small

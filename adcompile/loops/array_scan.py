@@ -1,56 +1,43 @@
-"""Scans: the repeated runs of an array tape folded into loops (``fold``).
+"""Scans: the repeated runs of an array tape lowered into the loop IR.
 
 A Python loop over time steps (``for t in range(200): h = np.tanh(W @ h + U @
 xs[t])``) records the same few array nodes once per step, and its adjoint the
-same few again, backwards. ``fold`` finds such runs (``reps`` repetitions of
-``period`` nodes whose ops, shapes and reads agree) and gives the tape with each
-run's first repetition only, its *body*, plus what the loop code around it
-needs (:class:`Span`). A read in a repetition is one of:
+same few again, backwards. ``scan`` finds such runs (``reps`` repetitions of
+``period`` nodes whose ops, shapes and reads agree) and gives the tape as a
+``loops.ir.Program``: each run a :class:`~adcompile.loops.ir.Loop` whose body is
+an array tape of one repetition, the nodes between runs
+:class:`~adcompile.loops.ir.Block` statements. A body's input reads one of:
 
-- of a node of its own repetition (the same in every one);
-- of the previous repetition's node, a *carry* (``h``): the first repetition
-  reads the value before the loop (``h0``) instead;
-- of a node outside the run, the same in every repetition (``W``);
-- of a repetition of another run, at a step affine in this one's (the adjoint
-  reads the forward run's states backwards): that run keeps the value of each
-  step (a *stack*), and the read is of one row of it.
+- the body's own node of the previous repetition, a *carry* (``h``):
+  :class:`~adcompile.loops.ir.Prev`, whose first repetition reads the value
+  before the loop (``h0``);
+- a node outside the run, the same in every repetition (``W``): an ``At`` of
+  its block, or of a loop's last repetition (as the loop left it);
+- a node of another run, at a repetition affine in this one's (the adjoint reads
+  the forward run's states backwards): an ``At`` whose index advances;
+- a number that moves by the same step each repetition (``t + 1.0``): a
+  :class:`~adcompile.loops.ir.Column`.
 
-An int index that moves with the step (``xs[t]``) is written in the step's
-variable. Reads from outside a run of its last repetition read the body's
-value as the loop left it. The body is printed once, inside ``for r in
-range(reps)`` (``emit.array_loops``). Reads only ``ir``.
+An int index that moves with the step (``xs[t]``) is an
+:class:`~adcompile.loops.ir.Affine` in :attr:`Loop.moving`. :func:`run` runs
+such a program with NumPy (the reference its loop nests are checked against);
+``emit.array_loops`` prints it. Reads only ``ir`` and ``loops.ir``.
 """
-
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..ir.arrays import ArrayOp, ArrayTape
-from ..ir.loop_forms import affine_text
-from ..ir.tape import CONST, INPUT, Node
+from ..ir.arrays import ArrayOp, ArrayTape, evaluate_node
+from ..ir.tape import CONST, INPUT, Node, Param
+from .ir import Affine, Arg, At, Block, Column, Item, Lit, Loop, Prev, Program, Read, Ref
 
 #: A run is folded from this many repetitions on, of at most ``MAX_PERIOD`` nodes.
 MIN_REPS = 4
 MAX_PERIOD = 64
-
-
-@dataclass
-class Span:
-    """One loop of a folded tape: body nodes ``first`` to ``last`` (exclusive, in the
-    folded tape) run ``reps`` times, the step named ``var``. ``carries``: (name,
-    node before the loop, body node): ``name`` holds the body node's value of the
-    previous step, the node's before the first. ``stacks``: (name, body node):
-    ``name[r]`` keeps step r's value."""
-
-    first: int
-    last: int
-    reps: int
-    var: str
-    carries: list[tuple[str, int, int]] = field(default_factory=list)
-    stacks: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -65,24 +52,6 @@ class _Run:
     def where(self, a: int) -> tuple[int, int]:
         """(step, position in the body) of node ``a``."""
         return divmod(a - self.start, self.period)
-
-
-def fold(tape: ArrayTape) -> tuple[ArrayTape, list[Span]]:
-    """``tape`` with its repeated runs folded (module doc), and their loops; the
-    tape itself and no loops where it has none."""
-    runs = _runs(tape)
-    while runs:
-        try:
-            return _Folder(tape, runs).folded()
-        except _NotFolded:
-            return tape, []
-        except _Trim as trim:  # a read that would leave the run it reads: fewer steps
-            run = runs[trim.run]
-            if trim.reps < MIN_REPS:
-                runs = runs[: trim.run] + runs[trim.run + 1 :]
-            else:
-                runs[trim.run] = _Run(run.start, run.period, trim.reps)
-    return tape, []
 
 
 # ---------------------------------------------------------------- finding runs
@@ -202,146 +171,221 @@ def _affine(one: Any, two: Any, got: Any, r: int) -> bool:
     )
 
 
-# ---------------------------------------------------------------- the folded tape
+# ---------------------------------------------------------------- the program
 
 
-class _Folder:
-    def __init__(self, tape: ArrayTape, runs: list[_Run]) -> None:
-        self.tape, self.runs = tape, runs
-        self.nodes: list[Node] = []
-        self.shapes: list[tuple] = []
-        self.booleans: list[bool] = []
-        self.names: list[str] = []
-        self.new: dict[int, int] = {}  # old node -> folded node
-        self.stacked: dict[tuple[int, int], str] = {}  # (run, position) -> its stack
+def scan(tape: ArrayTape, params: Sequence[Param]) -> Program:
+    """``tape`` in the loop IR (module doc): its repeated runs as loops, the rest as
+    blocks (one block where it has no runs)."""
+    runs = _runs(tape)
+    while True:
+        try:
+            return _Lowering(tape, params, runs).program()
+        except _NotFolded:
+            runs = []
+        except _Trim as trim:  # a read that would leave the run it reads: fewer steps
+            run = runs[trim.run]
+            if trim.reps < MIN_REPS:
+                runs = runs[: trim.run] + runs[trim.run + 1 :]
+            else:
+                runs[trim.run] = _Run(run.start, run.period, trim.reps)
 
-    def _add(self, node: Node, shape: tuple, boolean: bool, name: str) -> int:
-        self.nodes.append(node)
-        self.shapes.append(tuple(shape))
-        self.booleans.append(boolean)
-        self.names.append(name)
-        return len(self.nodes) - 1
+
+def run(program: Program, args: Sequence[Any]) -> list[Any]:
+    """The outputs of an array program (``scan``) at these arguments, by NumPy, node
+    by node and repetition by repetition."""
+    args = [np.asarray(a, dtype=float) for a in args]
+    values: list[list] = []  # per item: its statements' values, or each repetition's
+
+    def read(r: Read, i: int) -> Any:
+        if type(r) is Lit:
+            return r.value
+        if type(r) is Arg:
+            return args[r.param]
+        if type(r) is Column:
+            return r.values[i]
+        item, at = program.items[r.item], r.index.at(i)
+        if type(item) is Block:
+            return values[r.item][at]
+        return values[r.item][at // item.size][at % item.size]
+
+    for item in program.items:
+        if type(item) is Block:
+            got: list = []
+            values.append(got)
+            for op, refs in item.nodes:
+                vals = [read(ref, 0) for ref in refs]
+                got.append(vals[0] if isinstance(op, str) else evaluate_node(op, vals))
+            continue
+        steps: list[list] = []
+        values.append(steps)
+        body, vals = item.body, []
+        for i in range(item.trips):
+            prev, vals = vals, [None] * len(body.nodes)
+            for slot, r in zip(body.inputs, item.reads):
+                if type(r) is Prev:
+                    vals[slot] = read(r.init, 0) if i == 0 else prev[r.slot]
+                else:
+                    vals[slot] = read(r, i)
+            for j, node in enumerate(body.nodes):
+                if node.op == CONST:
+                    vals[j] = node.value
+                elif node.op != INPUT:
+                    op = node.op
+                    if j in item.moving:
+                        op = op.remake(tuple(_at(x, i) for x in item.moving[j]))
+                    vals[j] = evaluate_node(op, [vals[a] for a in node.args])
+            steps.append([vals[j] for j in item.positions])
+    return [read(o, 0) for o in program.outputs]
+
+
+def _at(x: Any, i: int) -> Any:
+    return x.at(i) if isinstance(x, Affine) else x
+
+
+class _Lowering:
+    def __init__(self, tape: ArrayTape, params: Sequence[Param], runs: list[_Run]) -> None:
+        self.tape, self.params, self.runs = tape, list(params), runs
+        self.items: list[Item] = []
+        self.at: dict[int, At] = {}  # a node outside runs -> its statement
+        self.loops: dict[int, int] = {}  # run -> its loop's item
 
     def _run_of(self, a: int) -> int | None:
         return next((k for k, run in enumerate(self.runs) if run.holds(a)), None)
 
-    def folded(self) -> tuple[ArrayTape, list[Span]]:
-        tape, spans = self.tape, []
-        i = 0
+    def program(self) -> Program:
+        tape, i = self.tape, 0
         while i < len(tape.nodes):
             k = self._run_of(i)
             if k is None:
-                node = tape.nodes[i]
-                args = tuple(self._read(a, None, None, None) for a in node.args)
-                self.new[i] = self._add(
-                    node._replace(args=args), tape.shapes[i], tape.booleans[i], tape.name(i)
-                )
+                self._statement(i)
                 i += 1
                 continue
-            spans.append(self._body(k))
+            self._loop(k)
             run = self.runs[k]
             i = run.start + run.period * run.reps
-        folded = ArrayTape(
-            self.nodes,
-            [self.new[i] for i in tape.inputs],
-            [self._read(o, None, None, None) for o in tape.outputs],
-            tape.names,
-            self.shapes,
-            self.booleans,
-            slot_names=self.names,
-        )
-        if tape.adjoint_from is not None:
-            folded.adjoint_from = min(
-                (j for i, j in self.new.items() if i >= tape.adjoint_from), default=None
-            )
-        for (k, q), name in self.stacked.items():  # (spans are in the order of runs)
-            spans[k].stacks.append((name, self.new[self.runs[k].start + q]))
-        return folded, spans
+        outputs: list[Ref] = [self._ref(o) for o in tape.outputs]
+        return Program(self.params, self.items, outputs, adjoint_from=tape.adjoint_from)
 
-    def _body(self, k: int) -> Span:
-        tape, run = self.tape, self.runs[k]
-        var = f"r{k}"
-        first = len(self.nodes)
-        carries: dict[int, tuple[int, int]] = {}  # position -> (its name's node, init)
-        one = run.start + run.period  # step 1 (its reads)
-        for q in range(run.period):
-            i, node = run.start + q, tape.nodes[run.start + q]
-            args = []
-            for j, a in enumerate(node.args):
-                b = tape.nodes[one + q].args[j]
-                if run.holds(b) and b < one:  # a carry: step 0 reads a node before the run
-                    pos = b - run.start
-                    init = self._read(a, None, None, None)
-                    if pos not in carries:
-                        name = f"p_{tape.name(pos + run.start)}"
-                        carries[pos] = (
-                            self._add(Node(INPUT), tape.shapes[a], tape.booleans[a], name),
-                            init,
-                        )
-                    elif carries[pos][1] != init:
-                        raise _NotFolded("a carry read from two nodes before the run")
-                    args.append(carries[pos][0])
-                elif run.holds(a):
-                    args.append(self.new[a])
-                else:
-                    args.append(self._read(a, tape.nodes[one + q].args[j], var, k))
-            op = node.op
-            if isinstance(op, ArrayOp) and op.index is not None:
-                op = self._moving(op, tape.nodes[one + q].op, var)
-            moved = tape.nodes[one + q]
-            if op == CONST and not isinstance(node.value, np.ndarray) and moved != node:
-                v, step = float(node.value), float(moved.value - node.value)  # (a number)
-                text = f"({v!r} + {step!r} * {var})"
-                self.new[i] = self._add(Node(INPUT), (), False, text)
-                continue
-            made = node._replace(op=op, args=tuple(args))
-            self.new[i] = self._add(made, tape.shapes[i], tape.booleans[i], tape.name(i))
-        span = Span(first, len(self.nodes), run.reps, var)
-        span.carries = [
-            (self.names[pseudo], init, self.new[run.start + pos])
-            for pos, (pseudo, init) in carries.items()
-        ]
-        return span
+    def _statement(self, i: int) -> None:
+        node = self.tape.nodes[i]
+        if node.op == INPUT:
+            refs: tuple = (Arg(self.tape.inputs.index(i), Affine(0)),)
+        elif node.op == CONST:
+            refs = (Lit(node.value),)
+        else:
+            refs = tuple(self._ref(a) for a in node.args)
+        if not self.items or type(self.items[-1]) is not Block:
+            self.items.append(Block([], []))
+        block = self.items[-1]
+        block.nodes.append((node.op, refs))
+        block.slots.append(i)
+        self.at[i] = At(len(self.items) - 1, Affine(len(block.nodes) - 1))
 
-    def _moving(self, op: ArrayOp, next_op: ArrayOp, var: str) -> ArrayOp:
-        """``op`` with each int of its index that moves from step to step written in
-        the step's variable (``xs[t]``: ``xs[(3 + r0),]``)."""
-        index = []
-        for a, b in zip(op.index, next_op.index):
-            if isinstance(a, (int, np.integer)) and a != b:
-                index.append(affine_text(int(a), int(b) - int(a), var))
-            else:
-                index.append(a)
-        return op if index == list(op.index) else op.remake(tuple(index))
-
-    def _read(self, a: int, a_next: int | None, var: str | None, reader: int | None) -> int:
-        """The folded node a node reads for old node ``a`` (``a_next``: what step 1 of
-        the reader's run ``reader`` reads, where the reader is in a run)."""
+    def _ref(self, a: int, a_next: int | None = None, reader: int | None = None) -> At:
+        """What reads node ``a``: where the reader is in run ``reader``, ``a_next`` is
+        what its step 1 reads in its place (a read that moves with the step)."""
         k = self._run_of(a)
         moving = a_next is not None and a_next != a
         if k is None:
             if moving:
                 raise _NotFolded("a read that moves across nodes of no run")
-            return self.new[a]
+            return self.at[a]
         run = self.runs[k]
         r, q = run.where(a)
-        if not moving and r == run.reps - 1:
-            return self.new[run.start + q]  # the last step: as the loop left it
-        if moving:
-            r2, q2 = run.where(a_next)
-            if q2 != q or not run.holds(a_next):
-                raise _NotFolded("a read that moves across the body of another run")
-            step, reps = r2 - r, self.runs[reader].reps
-            if not 0 <= r + step * (reps - 1) < run.reps:  # (its last steps read outside)
-                fits = r // -step + 1 if step < 0 else (run.reps - 1 - r) // step + 1
-                raise _Trim(reader, fits)
-            at = affine_text(r, step, var)
-        else:
-            at = str(r)
-        stack = self.stacked.setdefault((k, q), f"S_{self.tape.name(run.start + q)}")
-        return self._add(
-            Node(INPUT), self.tape.shapes[a], self.tape.booleans[a], f"{stack}[{at}]"
+        if not moving:
+            return At(self.loops[k], Affine(q + run.period * r))
+        r2, q2 = run.where(a_next)
+        if q2 != q or not run.holds(a_next):
+            raise _NotFolded("a read that moves across the body of another run")
+        step, reps = r2 - r, self.runs[reader].reps
+        if not 0 <= r + step * (reps - 1) < run.reps:  # (its last steps read outside)
+            fits = r // -step + 1 if step < 0 else (run.reps - 1 - r) // step + 1
+            raise _Trim(reader, fits)
+        return At(self.loops[k], Affine(q + run.period * r, run.period * step))
+
+    def _loop(self, k: int) -> None:
+        tape, run = self.tape, self.runs[k]
+        body = _Body()
+        at: dict[int, int] = {}  # position -> its body slot
+        carries: dict[int, tuple[int, At]] = {}  # carried position -> (its input, init)
+        one = run.start + run.period  # step 1 (its reads)
+        for q in range(run.period):
+            i, node, moved = run.start + q, tape.nodes[run.start + q], tape.nodes[one + q]
+            args = []
+            for a, b in zip(node.args, moved.args):
+                if run.holds(b) and b < one:  # a carry: step 0 reads a node before the run
+                    pos, init = b - run.start, self._ref(a)
+                    if pos not in carries:
+                        carries[pos] = (body.input(None, tape, a), init)
+                    elif carries[pos][1] != init:
+                        raise _NotFolded("a carry read from two nodes before the run")
+                    args.append(carries[pos][0])
+                elif run.holds(a):
+                    args.append(at[a - run.start])
+                else:
+                    args.append(body.input(self._ref(a, b, k), tape, a))
+            if node.op == CONST and not isinstance(node.value, np.ndarray) and moved != node:
+                values = [tape.nodes[i + run.period * r].value for r in range(run.reps)]
+                at[q] = body.input(Column(tuple(float(v) for v in values)), tape, i)
+                continue
+            at[q] = body.add(node._replace(args=tuple(args)), tape, i)
+            op = node.op
+            if isinstance(op, ArrayOp) and op.index is not None:
+                index = tuple(_moving(a, b) for a, b in zip(op.index, moved.op.index))
+                if index != op.index:
+                    body.moving[at[q]] = index
+        for pos, (slot, init) in carries.items():
+            body.reads[body.inputs.index(slot)] = Prev(at[pos], init)
+        positions = [at[q] for q in range(run.period)]
+        self.loops[k] = len(self.items)
+        made = ArrayTape(
+            body.nodes, body.inputs, positions, [], body.shapes, body.booleans,
+            slot_names=body.names,
         )
+        self.items.append(
+            Loop(run.start, run.period, run.reps, made, body.reads, positions, moving=body.moving)
+        )
+
+
+def _moving(a: Any, b: Any) -> Any:
+    """An index's item at step 0, as an :class:`Affine` in the step where it moves."""
+    if isinstance(a, (int, np.integer)) and a != b:
+        return Affine(int(a), int(b) - int(a))
+    return a
+
+
+class _Body:
+    """A loop body being built: an array tape's nodes, its inputs and their reads."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.shapes: list[tuple] = []
+        self.booleans: list[bool] = []
+        self.names: list[str] = []
+        self.inputs: list[int] = []
+        self.reads: list[Any] = []
+        self.moving: dict[int, tuple] = {}
+        self.read_by: dict[Read, int] = {}  # (one input per read)
+
+    def add(self, node: Node, tape: ArrayTape, like: int) -> int:
+        """Add ``node``, of the shape and name of the tape's node ``like``."""
+        self.nodes.append(node)
+        self.shapes.append(tape.shapes[like])
+        self.booleans.append(tape.booleans[like])
+        self.names.append(tape.name(like))
+        return len(self.nodes) - 1
+
+    def input(self, read: Read | None, tape: ArrayTape, like: int) -> int:
+        """The input reading ``read`` (a carry's: None, set once its slot is known)."""
+        if read is not None and read in self.read_by:
+            return self.read_by[read]
+        slot = self.add(Node(INPUT), tape, like)
+        self.inputs.append(slot)
+        self.reads.append(read)
+        if read is not None:
+            self.read_by[read] = slot
+        return slot
 
 
 class _NotFolded(ValueError):

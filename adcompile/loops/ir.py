@@ -22,6 +22,13 @@ inputs, so a body can be interpreted, differentiated or folded again by
 the code that handles any tape. Guards outside loops that differ only by an
 advancing index (``max(x[i], 0.0)`` for each i) are one :class:`GuardLoop`.
 
+An array tape (``ir.arrays``) lowers to the same items
+(``loops.array_scan.scan``): a block's statements are array nodes (an
+argument and a constant are statements of their own, ``input x`` and ``const
+array(3, 4)``), a loop is a *scan* whose body is an array tape, and
+:attr:`Loop.moving` holds the indices that move with its repetition
+(``xs[t]``). ``emit.array_loops`` prints such a program as loop nests.
+
 ``loops.build.build(tape, segments, params)`` makes a program from a tape and
 the segments ``loops.segments`` found on it; :meth:`Program.run` runs it (the
 reference the other stages are checked against), and ``str()`` prints it.
@@ -163,6 +170,10 @@ class Loop:
     inner: Nested | None = None
     # loops fused into this one (``loopfuse``): the (start, size) of each, in order
     parts: tuple[tuple[int, int], ...] | None = None
+    # a scan's indexing ops whose ints move with the repetition (``xs[t]``): body
+    # slot -> its index, the moving ints :class:`Affine` in ``i`` (the op is that
+    # of repetition 0)
+    moving: dict[int, tuple] = field(default_factory=dict)
 
     def slot(self, p: int) -> int:
         """The tape slot position ``p`` of repetition 0 came from (for names)."""
@@ -211,6 +222,8 @@ class Program:
     guard_where: list[str] = field(default_factory=list)
     # guards outside loops folded into loops of their own (``fold_guards``)
     guard_loops: list[GuardLoop] = field(default_factory=list)
+    # an array program's value-and-gradient: the first tape slot of the adjoint
+    adjoint_from: int | None = None
 
     # ---- running (the reference interpreter)
 
@@ -265,6 +278,11 @@ class Program:
         for n, item in enumerate(self.items):
             if type(item) is Block:
                 for k, (op, refs) in enumerate(item.nodes):
+                    if isinstance(op, str):  # (an array program's argument or constant)
+                        arg = refs[0]
+                        what = self.params[arg.param].name if op == INPUT else _value(arg.value)
+                        lines.append(f"  B{n}[{k}] = {op} {what}")
+                        continue
                     args = ", ".join(self._ref(r) for r in refs)
                     lines.append(f"  B{n}[{k}] = {op.name}({args})")
                 continue
@@ -279,7 +297,10 @@ class Program:
                 if isinstance(node.op, str):
                     continue
                 args = ", ".join(_body_operand(body, a) for a in node.args)
-                lines.append(f"    b{j} = {node.op.name}({args})")
+                name = node.op.name
+                if j in item.moving:  # (``getitem[3]`` at repetition 0: ``getitem[i + 3]``)
+                    name = name.split("[")[0] + f"[{', '.join(map(str, item.moving[j]))}]"
+                lines.append(f"    b{j} = {name}({args})")
             for g in body.guards:
                 a, b = _body_operand(body, g.a), _body_operand(body, g.b)
                 lines.append(f"    guard {a} {g.cmp} {b} is {g.expected}")
@@ -347,7 +368,12 @@ def reader(flat: Sequence[np.ndarray], values: Sequence[np.ndarray]):  # noqa: A
 
 def _body_operand(body: Tape, a: int) -> str:
     node = body.nodes[a]
-    return repr(node.value) if node.op == CONST else f"b{a}"
+    return _value(node.value) if node.op == CONST else f"b{a}"
+
+
+def _value(v: object) -> str:
+    """A constant as the program prints it (an array by its shape)."""
+    return f"array{v.shape}" if isinstance(v, np.ndarray) else repr(v)
 
 
 # ------------------------------------------------------------------ the batch length
