@@ -73,7 +73,7 @@ class CapturesMixin:
     def _scan(self, swap: bool = True) -> captures.Captures:
         exclude = list(self.leaves()) if self.leaves is not None else []
         old = self._caps
-        self._caps = captures.scan(self.fun, exclude, swap)
+        self._caps = captures.scan(self.fun, exclude, swap, gradients=self.leaves is not None)
         if old is not None and old.outer:  # (they stay inputs)
             self._caps.add_outer(old.outer)
         return self._caps
@@ -206,7 +206,9 @@ class CapturesMixin:
         gens = caps.generators if caps is not None else ()
         read = caps.read_values if caps is not None else ()  # (their .data: traced floats)
         try:
-            tape = trace_call(fun, args, *rest, outer=outer, generators=gens, read=read)
+            tape = trace_call(
+                fun, args, *rest, outer=outer, generators=gens, read=read, user=self.fun
+            )
         except Exception as on_values:
             if not self.expand or rest[0]:  # (ad.export: its array program in elements)
                 raise

@@ -84,7 +84,11 @@ class CompiledLoss(ShowsLast):
         # the parameters, then the other Values made outside loss_fn that take a
         # gradient and that its traces read (a Value made from a parameter before the
         # trace: its gradient goes on through its own graph, as in micrograd)
-        self._leaves = list(self.params)
+        self._leaves = list({id(p): p for p in self.params}.values())  # (each once)
+        # where each parameter is among the leaves (one listed twice: the same place)
+        at = {id(v): k for k, v in enumerate(self._leaves)}
+        self._at = np.array([at[id(p)] for p in self.params], dtype=np.intp)
+        self._n = len(at)
         self._vg = self._last = self._transform(loss_fn)
         self._labels: list[np.ndarray] = []  # (the call's integer arrays: _labelled)
         self._with_labels: dict[tuple[int, ...], Transformed] = {}
@@ -130,12 +134,10 @@ class CompiledLoss(ShowsLast):
     def value_and_grad(self, *data: Any) -> tuple[float, np.ndarray]:
         """The loss and its gradient (one entry per parameter) at the current ``.data``."""
         loss, grads = self._raw(*data)
-        n = len(self.params)
-        if len(self._leaves) == n:
-            return loss, grads
+        n = self._n  # (the parameters, each once, are the first leaves)
         through = [(v, g) for v, g in zip(self._leaves[n:], grads[n:].tolist()) if v.operands]
         if not through:
-            return loss, grads[:n]
+            return loss, grads[self._at]
         # what flows into the parameters through Values made from them: their own
         # backward, with every .grad it touches put back as it was
         touched = topological_order([v for v, _ in through])
@@ -145,7 +147,7 @@ class CompiledLoss(ShowsLast):
                 p.grad = 0.0
             for v, g in through:
                 v.backward(g)
-            return loss, grads[:n] + np.array([p.grad for p in self.params])
+            return loss, (grads[:n] + np.array([p.grad for p in self._leaves[:n]]))[self._at]
         finally:
             for v, g in reversed(kept):
                 v.grad = g

@@ -26,7 +26,7 @@ from ..ir.tape import COMPARE, CONST, Tape, forward_sweep
 from ..trace import captures, randomness
 from ..trace.arguments import param_names
 from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
-from ..trace.creation import new_arrays_in
+from ..trace.creation import new_arrays_in, values_made
 from ..trace.mode import ARGUMENT, tracing
 from ..trace.tapes import build_tape, graph_roots
 from ..trace.traced import returned_data, traced_float
@@ -187,6 +187,7 @@ def trace_call(
     outer: Sequence[Value] | None = None,
     generators: Sequence[tuple[str, Any]] = (),
     read: Sequence[Value] = (),
+    user: Any = None,
 ) -> Tape:
     """Call ``f`` once on tracing Values standing for ``args``; its tape.
 
@@ -223,7 +224,8 @@ def trace_call(
         inputs[len(inputs) - len(outer) :] = outer
     draws = randomness.Watch(generators)
     kept = _KeptData(fname, (*leaves, *(outer or ()), *read), inputs)
-    with kept, tracing(sites) as state:
+    # (np.zeros(n) in the user's code, ``user`` or ``f``: an array of Values, written into)
+    with kept, tracing(sites) as state, new_arrays_in(values_made, user or f):
         called = len(inputs) - len(outer or ())  # (the arguments' numbers; then Values)
         for k, v in enumerate((*inputs, *leaves, *read)):
             # (a branch on x.data is guarded, as one on x is)
@@ -278,7 +280,7 @@ class _KeptData:
         written = [v for v, t in zip(values, (*self.given, *self.seen)) if v.data is not t]
         for v, t in zip(self.kept, self.given):
             v.data = float(t)
-        if written and kind is None:
+        if written:  # (an error it made, such as a Value as the .data, comes after)
             raise TypeError(
                 f"{self.fname}() assigned the .data of a Value made outside it while it "
                 f"was traced ({written[0].label or 'p'}.data = ...): the compiled code "

@@ -32,28 +32,23 @@ from typing import Any
 import numpy as np
 
 from ..backend import entries
-from ..diff.reverse import grad_tape
 from ..ir.tape import Tape
 from ..trace import arguments, captures
 from ..trace.arguments import argnum_positions, keyword_is_input, param_names
-from ..trace.mode import debug_nans_enabled, gc_paused
+from ..trace.mode import MODE, debug_nans_enabled, gc_paused
 from ..trace.value import Value
 from .batching import BatchMixin
 from .captured import CapturesMixin
 from .compiling import CompileMixin
 from .events import CompileEvent, RetraceWarning, key_text, user_stacklevel
 from .introspect import IntrospectMixin
+from .replay import ReplayMixin, owner
 from .specialisation import Specialisation
 from .tracing import (
     TracedArgs,
-    as_tensor,
-    data_point,
     flatten_args,
     function_name,
-    replay,
-    trace_call,
     trace_or_expand,
-    values_like,
 )
 
 #: Integer arrays of this many contents trace without a word; the next says so
@@ -62,7 +57,7 @@ INT_DATA_WARN = 4
 INT_DATA_KEEP = 16
 
 
-class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
+class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin, ReplayMixin):
     """``f`` under ``grad`` / ``value_and_grad`` / ``jit``: compiled per shape and path.
 
     Each transform is the one instance of a class of its own (a subclass made
@@ -305,9 +300,14 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
 
     def _call(self, *args: Any) -> Any:
         """The call, with the hidden inputs' values after the arguments."""
+        inside = MODE.get().trace is not None
+        if inside:  # (inside another trace: the .data of its Values stand for them)
+            args = tuple(owner(a) for a in args)
         try:
             flat, key = flatten_args(self._name, args, self._caps.hidden, self._skip)
         except TracedArgs:
+            return self._call_traced(args)
+        if inside and self._caps.outer:  # (fun reads Values: the result records on them)
             return self._call_traced(args)
         for spec in self._specs.get(key, ()):
             ok, out = spec.call(*flat)
@@ -457,40 +457,6 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin):
         like.background_entries, like.array_level = self.background_entries, self.array_level
         like.adopt = self.adopt
         return like
-
-    def _call_traced(self, args: Sequence[Any]) -> Any:
-        """Called on Values (under an outer transform, or eagerly): replay the tape
-        of value and gradient on those Values, so the result records as well."""
-        point = data_point(args)
-        _, key = flatten_args(self._name, point)
-        wrt = self._wrt(len(args))
-        tape = trace_call(
-            self._fun_for_trace(),
-            point,
-            names=self._names(len(point)),
-            multi=self.mode == "jit",
-        )
-        sizes = [1 if s is None else int(np.prod(s)) for s in key]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
-        positions = [p for k in wrt for p in range(offsets[k], offsets[k + 1])]
-        gtape = tape if self.mode == "jit" else grad_tape(tape, wrt=positions)
-        outs = replay(gtape, args)
-        if self.mode == "jit":
-            return outs[0] if tape.tree is None else values_like(tape.tree, outs)
-        grads, k = [], 1
-        for idx in wrt:
-            shape = key[idx]
-            if shape is None:
-                grads.append(outs[k])
-                k += 1
-            else:
-                size = int(np.prod(shape))
-                arr = np.empty(size, dtype=object)
-                arr[:] = outs[k : k + size]
-                grads.append(as_tensor(arr.reshape(shape)))
-                k += size
-        g = tuple(grads) if self._many else grads[0]
-        return g if self.mode == "grad" else (outs[0], g)
 
 
 def static_positions(static_argnums: Any) -> tuple[int, ...]:

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 
 from ..ir.outputs import assemble, part_leaves, size
+from ..trace.mode import MODE
+from ..trace.traced import TracedFloat
 from .aux import WithAux
 from .introspect import ShowsLast
 from .transform import Transformed, jit
@@ -104,6 +106,17 @@ class Vmapped(ShowsLast):
                 out.append(ax % nd)
         return out
 
+    def _reads_traced(self) -> bool:
+        """Inside another trace: whether ``fun`` reads one of its Values from outside
+        its arguments (then its points run as Python, recorded on that Value)."""
+        if MODE.get().trace is None:
+            return False
+        caps = self.inner.captures
+        values = [*caps.outer, *caps.read_values]
+        return any(type(v) is TracedFloat for v in caps.values()) or any(
+            type(v.data) is TracedFloat for v in values
+        )
+
     def __call__(self, *args: Any) -> Any:
         if self._halves is not None:
             return self.fun.join(self._halves[0](*args), self._halves[1](*args))
@@ -113,7 +126,7 @@ class Vmapped(ShowsLast):
                 "vmap: no argument is mapped (every in_axes is None, or every argument "
                 "is a number); pass an array with the points along in_axes"
             )
-        traced = any(_holds_values(a) for a in args)
+        traced = any(_holds_values(a) for a in args) or self._reads_traced()
         moved: list[Any] = []
         lengths = set()
         for a, ax in zip(args, axes):

@@ -214,12 +214,18 @@ class NewOuterValues(SwapFailed):  # (passes wherever SwapFailed passes, up to t
 OUTER_NAME = "outer_values"
 
 
-def scan(f: Callable, exclude: Sequence[Any] = (), swap: bool = True) -> Captures:
+def scan(
+    f: Callable, exclude: Sequence[Any] = (), swap: bool = True, gradients: bool = False
+) -> Captures:
     """What ``f`` reads from outside its arguments. ``exclude``: Values that are
     inputs already (a compiled loss's parameters), left as they are. With
-    ``swap=False`` nothing becomes a hidden input: everything is watched."""
+    ``swap=False`` nothing becomes a hidden input: everything is watched. With
+    ``gradients`` (a compiled loss), a Value that takes a gradient is read as itself,
+    never swapped for its number: the trace finds it, and its gradient is taken."""
     caps = Captures(f)
-    _Scanner(caps, {id(v) for v in exclude}, swap).top(f)
+    scanner = _Scanner(caps, {id(v) for v in exclude}, swap)
+    scanner.gradients = gradients
+    scanner.top(f)
     caps.snapshot()
     return caps
 
@@ -234,6 +240,7 @@ class _Scanner:
         self.swap = swap
         self.caps = caps
         self.exclude = exclude
+        self.gradients = False  # (see ``scan``)
         self.seen: set[tuple[int, bool]] = set()
         self.names: set[str] = set()
         self.hidden_ids: dict[tuple[int, Any], Hidden] = {}
@@ -357,6 +364,8 @@ class _Scanner:
         kind = _kind(v)
         if kind in ("array", "number") and id(v) in self.exclude:
             return
+        if self.gradients and isinstance(v, Value) and v.requires_grad:
+            kind = None  # (read as itself: the trace finds it, its gradient is taken)
         if kind in ("array", "number") and swappable:
             ident = (id(holder), key)
             if ident not in self.hidden_ids:

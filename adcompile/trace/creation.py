@@ -1,4 +1,4 @@
-"""New float arrays made while a function is traced at array level.
+"""New float arrays made while a function is traced.
 
 ``z = np.zeros(n); z[0] = x[0] ** 2; z[1:] = ...`` builds an array by writing
 traced values into it. ``np.zeros`` takes no array argument, so NumPy's
@@ -16,6 +16,9 @@ user's code alone sees the facade: NumPy, SciPy and every other module keep
 their own ``np`` (their C and Cython code makes its buffers with it), and other
 threads, other dtypes and ``like=`` get NumPy's own answer. The names are
 restored when the last trace using that module ends.
+
+Traced element by element, the arrays hold Values (:func:`values_made`): an
+array of constants, into which ``z[i] = z[i - 1] * 0.5 + x[i]`` writes a Value.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from .arrays import ArrayTrace
+from .tensor import ValueArray
+from .value import constant
 
 _ORIGINAL: dict[str, Callable] = {n: getattr(np, n) for n in ("zeros", "ones", "empty", "full")}
 _local = threading.local()
@@ -43,12 +48,14 @@ def _wrapper(name: str) -> Callable:
 
     @functools.wraps(original)
     def make(*args: Any, **kwargs: Any) -> Any:
-        rec: ArrayTrace | None = getattr(_local, "trace", None)
+        rec: ArrayTrace | Callable | None = getattr(_local, "trace", None)
         if rec is None or kwargs.get("like") is not None:
             return original(*args, **kwargs)
         arr = fill(*args, **kwargs)
         if not isinstance(arr, np.ndarray) or arr.dtype != np.float64:
             return arr
+        if not isinstance(rec, ArrayTrace):  # (element by element: ``values_made``)
+            return rec(arr)
         made = rec.const(arr)
         made.kind = "made"  # (a 0-d one too is an array, written in place)
         return made
@@ -83,13 +90,16 @@ def _user_globals(fun: Any) -> dict | None:
     if not isinstance(fun, types.FunctionType):
         fun = type(fun).__dict__.get("__call__")  # (a callable object's method)
     g = getattr(fun, "__globals__", None)
-    return g if isinstance(g, dict) else None
+    if not isinstance(g, dict) or str(g.get("__name__", "")).startswith("adcompile."):
+        return None  # (a wrapper of adcompile's own: its NumPy stays NumPy)
+    return g
 
 
 @contextmanager
-def new_arrays_in(rec: ArrayTrace, fun: Any) -> Iterator[None]:
+def new_arrays_in(rec: ArrayTrace | Callable[[np.ndarray], Any], fun: Any) -> Iterator[None]:
     """While active, new float arrays that ``fun``'s module makes with NumPy in this
-    thread are constants of ``rec`` (module doc)."""
+    thread are constants of ``rec`` (module doc), or what ``rec`` makes of them
+    (traced element by element: ``values_made``)."""
     g = _user_globals(fun)
     before = getattr(_local, "trace", None)
     _local.trace = rec
@@ -115,3 +125,11 @@ def new_arrays_in(rec: ArrayTrace, fun: Any) -> Iterator[None]:
                     for k, v in entry[1:]:
                         if g.get(k) is _SWAP[id(v)]:  # (unless the user rebound it since)
                             g[k] = v
+
+
+def values_made(arr: np.ndarray) -> np.ndarray:
+    """A new float array traced element by element: an array of constant Values."""
+    made = np.empty(arr.shape, dtype=object)
+    for k, v in enumerate(arr.flat):
+        made.flat[k] = constant(v)
+    return made.view(ValueArray)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+import sys
 import threading
 import types
 from collections.abc import Callable, Iterator, Sequence
@@ -32,11 +33,29 @@ GENERATOR_TYPES = (np.random.Generator, np.random.RandomState, random.Random)
 
 _asks = threading.local()  # .count: the asks for the OS's entropy of this thread
 
+#: Asks for entropy made for these modules' own use: a temporary file's random name
+#: (the compile cache writes files; Numba names a lock so when it starts threads).
+_NOT_DRAWS = ("tempfile", "multiprocessing", "numba", "adcompile")
+
+
+def _ask() -> None:
+    """Count an ask for the OS's entropy, unless it was made for a temporary name
+    (``_NOT_DRAWS``), not by the code that asked for a generator."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module not in ("random", "functools") and not module.startswith("numpy."):
+            break
+        frame = frame.f_back
+    module = frame.f_globals.get("__name__", "") if frame is not None else ""
+    if module.split(".")[0] not in _NOT_DRAWS:
+        _asks.count = getattr(_asks, "count", 0) + 1
+
 
 def _counted(randbits: Callable[[int], int]) -> Callable[[int], int]:
     @functools.wraps(randbits)
     def asked(k: int) -> int:
-        _asks.count = getattr(_asks, "count", 0) + 1
+        _ask()
         return randbits(k)
 
     return asked
@@ -46,7 +65,7 @@ def _counted_seed(seed: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(seed)
     def seeded(self: random.Random, a: Any = None, *args: Any, **kwargs: Any) -> None:
         if a is None:  # (random.Random(): seeded from the OS's entropy)
-            _asks.count = getattr(_asks, "count", 0) + 1
+            _ask()
         return seed(self, a, *args, **kwargs)
 
     return seeded
