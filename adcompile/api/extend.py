@@ -54,7 +54,8 @@ from typing import Any
 
 from ..ir.ops import OPS, Op, apply, register
 from ..ir.tape import CONST, INPUT
-from ..trace.mode import tracing
+from ..trace import captures
+from ..trace.mode import MODE, tracing
 from ..trace.tapes import build_tape
 from ..trace.value import Value
 
@@ -259,6 +260,7 @@ def _define(
                 "functions (t, out, *args) -> tangent contribution, one per argument"
             )
         )
+    traced_code = code is None
     if code is None or sympy is None:
         tape = _traced(fn, arity)
         if code is None:
@@ -277,6 +279,7 @@ def _define(
     _check_template(code, arity, name)
     if c is not None:
         _check_c_template(c, arity, name)
+    _watch_reads(name, [fn] if traced_code else [], (*rules, *tangents))
     return register(
         Op(
             name,
@@ -296,10 +299,40 @@ def _define(
     )
 
 
+#: The primitives whose code (traced from their function) or derivative rules read
+#: values from outside them (a global ``S``): what they read, as it was then.
+_FROZEN: dict[str, list[captures.Captures]] = {}
+
+
+def _watch_reads(name: str, code: Sequence[Callable], rules: Sequence[Callable | None]) -> None:
+    """What ``code`` (a function its code was traced from) and ``rules`` read from
+    outside them is in the op's code and derivatives: watched (``_public``)."""
+    states = [captures.scan(r, swap=False) for r in (*code, *rules) if r is not None]
+    if any(state.watched for state in states):
+        _FROZEN[name] = [state for state in states if state.watched]
+
+
+def _unchanged(op: Op, states: list[captures.Captures]) -> None:
+    """Refuse to trace ``op`` where a value its code holds has changed since."""
+    for state in states:
+        changed = state.changed()
+        if changed is not None:
+            raise TypeError(
+                f"the primitive {op.name}() reads {changed.what}, which has changed since "
+                f"{op.name} was defined: its code and derivatives hold the value read "
+                "then, where plain Python reads the new one. Pass the value in as an "
+                "argument, or define the primitive again (under a new name) after the change"
+            )
+
+
 def _public(op: Op, fn: Callable) -> Callable:
     """The function users call: floats in, float out; Values record; arrays element-wise."""
 
+    state = _FROZEN.get(op.name)
+
     def f(*args: Any) -> Any:
+        if state is not None and MODE.get().trace is not None:
+            _unchanged(op, state)
         return apply(op, *args)
 
     f.__name__ = f.__qualname__ = op.name
@@ -335,7 +368,12 @@ def primitive(
         op_name = name or getattr(fn, "__name__", "")
         if op_name == "<lambda>":
             raise ValueError("primitive: a lambda needs name=...")
-        return _public(_define(op_name, fn, vjp, code, sympy, domain, smooth, jvp, c), fn)
+        public = _public(_define(op_name, fn, vjp, code, sympy, domain, smooth, jvp, c), fn)
+        rules = [r for r in (vjp, jvp) if r is not None]
+        rules = [r for rule in rules for r in (rule if isinstance(rule, Sequence) else (rule,))]
+        # (what ``captures`` scans: a global these read is watched, as one fn reads is)
+        public.__adcompile_code__ = (fn, *(r for r in rules if callable(r)))
+        return public
 
     return define if fn is None else define(fn)
 
@@ -466,4 +504,6 @@ class Function:
             c=cls.c,
         )
         cls.op = op
-        cls.apply = staticmethod(_public(op, fn))
+        public = _public(op, fn)
+        public.__adcompile_code__ = (forward, backward)  # (what ``captures`` scans)
+        cls.apply = staticmethod(public)

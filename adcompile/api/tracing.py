@@ -29,7 +29,7 @@ from ..trace.arrays import ArrayTrace, ArrayValue, NotArrayLevel
 from ..trace.creation import new_arrays_in, values_made
 from ..trace.mode import ARGUMENT, tracing
 from ..trace.tapes import build_tape, graph_roots
-from ..trace.traced import returned_data, traced_float
+from ..trace.traced import refused_grad, returned_data, traced_float
 from ..trace.value import (
     Value,
     constant,
@@ -269,10 +269,16 @@ class _KeptData:
         self.seen: list[Any] = []
 
     def mark(self) -> None:
-        """Take the traced floats they hold now as theirs."""
+        """Take the traced floats they hold now as theirs; their ``.grad`` refuses to be
+        read as a number (``trace.traced.RefusedGrad``) until the trace ends."""
         self.given, self.seen = [v.data for v in self.kept], [v.data for v in self.inputs]
+        each = {id(v): v for v in (*self.kept, *self.inputs)}.values()  # (once each)
+        self.grads = [(v, v.grad, refused_grad(v)) for v in each]
+        for v, _, refused in self.grads:
+            v.grad = refused
 
     def __enter__(self) -> _KeptData:
+        self.grads: list[tuple[Value, Any, Any]] = []
         return self
 
     def __exit__(self, kind: Any, *rest: Any) -> None:
@@ -280,6 +286,15 @@ class _KeptData:
         written = [v for v, t in zip(values, (*self.given, *self.seen)) if v.data is not t]
         for v, t in zip(self.kept, self.given):
             v.data = float(t)
+        graded = [v for v, _, refused in self.grads if v.grad is not refused]
+        for v, grad, _ in self.grads:
+            v.grad = grad
+        if graded and kind is None:
+            raise TypeError(
+                f"{self.fname}() assigned the .grad of a Value made outside it while it "
+                f"was traced ({graded[0].label or 'p'}.grad = ...): the compiled code "
+                "would not do it again at each call. Zero gradients outside the function"
+            )
         if written:  # (an error it made, such as a Value as the .data, comes after)
             raise TypeError(
                 f"{self.fname}() assigned the .data of a Value made outside it while it "

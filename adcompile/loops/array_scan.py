@@ -23,6 +23,7 @@ An int index that moves with the step (``xs[t]``) is an
 such a program with NumPy (the reference its loop nests are checked against);
 ``emit.array_loops`` prints it. Reads only ``ir`` and ``loops.ir``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -68,9 +69,7 @@ def _key(tape: ArrayTape, i: int) -> Any:
             return ("const", v.shape, v.dtype.str, v.tobytes() if v.size <= 64 else id(v))
         return ("const",)  # (a number: its value may move with the step, ``_signature``)
     if isinstance(op, ArrayOp) and op.index is not None:
-        pattern = tuple(
-            "#" if isinstance(k, (int, np.integer)) else repr(k) for k in op.index
-        )
+        pattern = tuple("#" if isinstance(k, (int, np.integer)) else repr(k) for k in op.index)
         return (op.name.split("[")[0], pattern, shape, tape.booleans[i], len(node.args))
     return (id(op), shape, tape.booleans[i])
 
@@ -340,7 +339,12 @@ class _Lowering:
         positions = [at[q] for q in range(run.period)]
         self.loops[k] = len(self.items)
         made = ArrayTape(
-            body.nodes, body.inputs, positions, [], body.shapes, body.booleans,
+            body.nodes,
+            body.inputs,
+            positions,
+            [],
+            body.shapes,
+            body.booleans,
             slot_names=body.names,
         )
         self.items.append(

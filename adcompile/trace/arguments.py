@@ -6,7 +6,8 @@ as to JAX:
 - tuples, lists and dicts of numbers and arrays, nested (pytrees): flattened to
   their leaves, in order (a dict's in its own key order); the gradient has the
   argument's structure. A list or tuple holding only numbers (nested or not) is
-  an array, as ``np.asarray`` makes it, and its gradient an ``ndarray``;
+  an array, as ``np.asarray`` makes it, and its gradient an ``ndarray`` (but a
+  namedtuple, whose fields ``f`` reads by name, is a tree);
 - arrays of another float dtype (float32): computed in float64, the gradient
   given back in the argument's dtype;
 - static arguments (``static_argnums``): hashable values that are part of the
@@ -80,8 +81,8 @@ def int_data(a: Any) -> bool:
 def is_tree(a: Any) -> bool:
     """Whether argument ``a`` is a container of arrays and numbers (not itself one)."""
     t = type(a)
-    if t is dict:
-        return True
+    if t is dict or (isinstance(a, tuple) and hasattr(t, "_fields")):
+        return True  # (a namedtuple of numbers too: f reads its fields by name)
     if t is list or isinstance(a, tuple):
         return not _numbers_only(a)
     return False
@@ -102,7 +103,7 @@ def flatten(a: Any, path: str, leaves: list[Any], paths: list[str]) -> Any:
         keys = tuple(a)
         kids = tuple(flatten(a[k], f"{path}[{k!r}]", leaves, paths) for k in keys)
         return ("dict", keys, kids)
-    if (t is list or isinstance(a, tuple)) and not _numbers_only(a):
+    if (t is list or isinstance(a, tuple)) and (hasattr(t, "_fields") or not _numbers_only(a)):
         kids = tuple(flatten(e, f"{path}[{k}]", leaves, paths) for k, e in enumerate(a))
         return (t, kids)
     if a is None:

@@ -36,8 +36,10 @@ import array
 import collections
 import functools
 import numbers
+import os
 import types
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +53,7 @@ from .libraries import (
     library_module,
     library_object,
     method_reads,
+    special_methods,
 )
 from .randomness import moves
 from .rebind import ANY_ATTRIBUTE, Rebinder
@@ -188,6 +191,10 @@ class Captures:
         """A copy of ``fun`` that reads ``values`` where it read the hidden inputs."""
         if not self.hidden:
             return self.fun
+        for h, v in zip(self.hidden, values):  # (a Value's stand-in: its label)
+            was = h.get()
+            if isinstance(v, Value) and isinstance(was, Value):
+                v.label = was.label
         return Rebinder(self.hidden, values).method(self.fun)
 
     def listing(self) -> list[str]:
@@ -362,10 +369,14 @@ class _Scanner:
         expr: str,
     ) -> None:
         kind = _kind(v)
+        if isinstance(v, Value):
+            self.value_attrs(name, place, expr, attrs)
         if kind in ("array", "number") and id(v) in self.exclude:
             return
         if self.gradients and isinstance(v, Value) and v.requires_grad:
             kind = None  # (read as itself: the trace finds it, its gradient is taken)
+        if isinstance(v, Value) and "requires_grad" in attrs:
+            kind = None  # (read as itself: a stand-in's flag would be its own)
         if kind in ("array", "number") and swappable:
             ident = (id(holder), key)
             if ident not in self.hidden_ids:
@@ -374,6 +385,13 @@ class _Scanner:
                 self.caps.hidden.append(h)
         else:
             self.leaf(v, (name, place), expr, attrs, depth, swappable)
+
+    def value_attrs(self, name: str, place: str, expr: str, attrs: frozenset[str]) -> None:
+        """A Value's label and requires_grad, where ``f`` reads them (``if
+        p.label.startswith('w')``): watched."""
+        for n in ("label", "requires_grad"):
+            if n in attrs:
+                self.watch(f"{name}.{n} ({place})", f"{expr}.{n}", "value")
 
     def leaf(
         self,
@@ -392,11 +410,14 @@ class _Scanner:
             self.caps.watched[-1].parameter = True
             return
         if isinstance(v, types.ModuleType) and library_module(v):
+            if v is os and "environ" in attrs:  # (os.environ["SCALE"]: the environment)
+                self.watch(f"os.environ ({what[1]})", f"{expr}.environ", "copy")
             return
         kind = _kind(v)
         if isinstance(v, Value):
             self.watch(text, expr, "identity")  # (its .data is read as an input)
             self.caps.read_values.append(v)
+            self.value_attrs(what[0], what[1], expr, attrs)
             return
         if kind is not None:
             kind = "subarray" if isinstance(v, np.ndarray) else "value"  # (np.matrix ...)
@@ -408,8 +429,11 @@ class _Scanner:
         if isinstance(v, np.ndarray) and v.dtype == object:  # (Values: ad.tensor, weights)
             self.watch(text, expr, "items")
             return
-        if isinstance(v, COPIED):
-            self.watch(text, expr, "copy")
+        if isinstance(v, COPIED) or (isinstance(v, Mapping) and not isinstance(v, dict)):
+            self.watch(text, expr, "copy")  # (a ChainMap, os.environ: as a dict)
+            return
+        if isinstance(v, weakref.ref):  # (wr().k: what it refers to, followed)
+            self.leaf(v(), (f"{what[0]}()", what[1]), f"{expr}()", attrs, depth + 1)
             return
         inside = what
         if not what[1].startswith("through "):
@@ -420,6 +444,8 @@ class _Scanner:
             if not (isinstance(v, types.FunctionType) and is_library(v)):
                 self.watch(text, expr, "identity")  # (a helper redefined)
                 self.follow(v, what, swappable, attrs, depth, expr)
+            elif hasattr(v, "__adcompile_code__"):  # (a primitive: its rules, ``follow``)
+                self.follow(v, what, False, attrs, depth, expr)
         elif isinstance(v, types.ModuleType):
             self.follow(v, inside, False, attrs, depth, expr)
         elif not library_object(v) or _is_transform(v):
@@ -444,6 +470,10 @@ class _Scanner:
         if isinstance(v, types.FunctionType):
             if not is_library(v):
                 self.function(v, swappable, depth + 1, v.__name__)
+            # (a primitive's function: its forward and derivative rules are the user's)
+            for k, rule in enumerate(getattr(v, "__adcompile_code__", ())):
+                e = f"{expr}.__adcompile_code__[{k}]"
+                self.leaf(rule, (f"{name}'s rule", place), e, attrs, depth + 1)
         elif isinstance(v, types.MethodType):
             self.follow(v.__func__, what, False, attrs, depth, f"{expr}.__func__")
             if isinstance(v.__func__, types.FunctionType):
@@ -511,6 +541,7 @@ class _Scanner:
             if isinstance(call, types.FunctionType):
                 self.function(call, False, depth + 1, f"{cls.__name__}.__call__")
                 attrs = attrs | _names(call.__code__)[1]
+            attrs = attrs | special_methods(cls)  # (bag[1]: what __getitem__ reads)
         d = getattr(obj, "__dict__", None)
         if type(obj).__module__ == NN_MODULE and isinstance(d, dict):
             attrs = attrs | set(d)  # (its methods are library code, not scanned)
@@ -549,7 +580,7 @@ class _Scanner:
 
 
 #: Containers checked by their contents, against a copy (sets, deques, bytearrays).
-COPIED = (set, frozenset, collections.deque, bytearray, array.array)
+COPIED = (set, frozenset, collections.deque, bytearray, array.array, memoryview)
 
 _CALLABLES = (
     types.FunctionType,
@@ -562,4 +593,6 @@ _CALLABLES = (
 
 def _is_transform(obj: Any) -> bool:
     """Whether ``obj`` is an adcompile transform (``ad.grad(g)`` ...) of a function."""
-    return callable(getattr(obj, "fun", None)) and type(obj).__module__.startswith("adcompile")
+    if not type(obj).__module__.startswith("adcompile"):  # (before any attribute: a
+        return False  # user's __getattr__ may raise anything for a name it lacks)
+    return callable(getattr(obj, "fun", None))

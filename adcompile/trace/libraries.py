@@ -81,3 +81,26 @@ def method_reads(cls: type, attrs: frozenset[str] | set[str]) -> frozenset[str]:
             seen |= new
             todo.extend(new)
     return frozenset(seen)
+
+
+#: Special methods that an operation of the traced function does not call.
+_NOT_OPERATIONS = frozenset(
+    {"__init__", "__new__", "__del__", "__init_subclass__", "__set_name__"}
+    | {"__repr__", "__str__", "__setattr__", "__delattr__", "__getstate__"}
+    | {"__setstate__", "__reduce__", "__reduce_ex__", "__copy__", "__deepcopy__"}
+)
+
+
+def special_methods(cls: type) -> frozenset[str]:
+    """The special methods of the user's classes among ``cls`` and its bases that
+    Python calls for an operation on its objects (``bag[1]``: ``__getitem__``;
+    ``len(bag)``, ``-v``, ``float(v)`` ...): the traced function reads them by no name."""
+    names = set()
+    for c in cls.__mro__:
+        if library_object(c):
+            continue
+        for n, v in c.__dict__.items():
+            special = n.startswith("__") and n.endswith("__") and n not in _NOT_OPERATIONS
+            if special and isinstance(v, (types.FunctionType, property)):
+                names.add(n)
+    return frozenset(names)

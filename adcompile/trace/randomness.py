@@ -18,6 +18,8 @@ made while tracing is refused too.
 from __future__ import annotations
 
 import functools
+import os
+import pickle
 import random
 import sys
 import threading
@@ -71,6 +73,18 @@ def _counted_seed(seed: Callable[..., None]) -> Callable[..., None]:
     return seeded
 
 
+def _counted_urandom(urandom: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    @functools.wraps(urandom)
+    def asked(n: int) -> bytes:
+        _ask()
+        return urandom(n)
+
+    return asked
+
+
+# (os.urandom: the OS's random bytes, which secrets, uuid.uuid4 and SystemRandom read)
+os.urandom = _counted_urandom(os.urandom)
+random._urandom = os.urandom  # type: ignore[attr-defined]
 random.Random.seed = _counted_seed(random.Random.seed)  # type: ignore[method-assign]
 random.SystemRandom.seed = _counted_seed(random.SystemRandom.seed)  # type: ignore[method-assign]
 
@@ -134,9 +148,13 @@ def _state(gen: Any) -> Any:
 def _position(it: Any) -> Any:
     """Where an iterator is (what ``next`` moves), as far as it says: a generator's
     frame, the items left of a list's iterator, a count's next number."""
-    if isinstance(it, types.GeneratorType):
+    if isinstance(it, types.GeneratorType):  # (where it stopped, and its variables there)
         frame = it.gi_frame
-        return None if frame is None else frame.f_lasti
+        return None if frame is None else (frame.f_lasti, dict(frame.f_locals))
+    try:  # (its pickle holds the iterators inside it too: a cycle's list iterator)
+        return pickle.dumps(it)
+    except Exception:
+        pass
     try:
         hint = it.__length_hint__() if hasattr(it, "__length_hint__") else None
         reduced = it.__reduce__()
@@ -172,8 +190,9 @@ class Watch:
         attribute names the function's code reads, to name the draw."""
         if getattr(_asks, "count", 0) != self.asks:
             raise RandomDrawError(
-                f"{fname}() made a random generator seeded from the operating system "
-                "(np.random.default_rng() or random.Random() with no seed, "
+                f"{fname}() drew from the operating system's randomness (os.urandom, "
+                "secrets, uuid.uuid4), or made a random generator seeded from the operating "
+                "system (np.random.default_rng() or random.Random() with no seed, "
                 "random.SystemRandom(), or a "
                 "SeedSequence() of none; np.random.RandomState(seed) makes one too, "
                 "then seeds it) while it was traced: the compiled code would repeat its "

@@ -8,6 +8,7 @@ every op in the op table, including ops a user defines later.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ from ..ir import ops
 from ..ir.array_ops import normal_axes
 from .mode import in_library
 from .traced import TracedFloat, frozen_data
-from .ufuncs import PREDICATES
+from .ufuncs import PREDICATES, nan_to_num
 from .value import Value
 
 # Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
@@ -28,6 +29,18 @@ _NUMPYS = frozenset(
 _ELEMENTWISE: dict[ops.Op, np.ufunc] = {}  # op -> an object ufunc applying it
 _ND = np.ndarray
 _FLOAT64 = np.dtype(np.float64)
+
+
+#: NumPy functions that order an array: nan has a place of its own there (``_ORDERS``).
+_ORDERS = frozenset(
+    {np.sort, np.argsort, np.argmax, np.argmin, np.median, np.percentile, np.quantile}
+    | {np.partition, np.argpartition, np.nanmax, np.nanmin}
+)
+
+
+def _values(x: Any) -> list[Value]:
+    """The Values of an array (or a list) of them."""
+    return [v for v in np.asarray(x, dtype=object).flat if isinstance(v, Value)]
 
 
 class ValueArray(np.ndarray):
@@ -87,6 +100,17 @@ class ValueArray(np.ndarray):
             raise AttributeError(f"'ValueArray' object has no attribute {name!r}")
         return lambda *args: _wrap(ops.apply(op, self, *args))
 
+    def tobytes(self, order: str = "C") -> bytes:
+        """Refused: the bytes of an array of Values are those of its pointers."""
+        raise TypeError(
+            "tobytes() of an array adcompile traces (an argument, or an array read from "
+            "outside the function): it holds Values, whose bytes are not the numbers. "
+            "Compute with the array itself, or make the bytes outside the function and "
+            "pass what you read from them in as an argument"
+        )
+
+    tostring = tofile = tobytes
+
     def __array_wrap__(self, arr: Any, context: Any = None, return_scalar: bool = False) -> Any:
         # a full reduction (``.sum()``, ``.mean()``) gives the Value itself, as NumPy does
         if arr.ndim == 0:
@@ -99,6 +123,18 @@ class ValueArray(np.ndarray):
     def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
         if func is np.result_type and not in_library(1):  # (float64, as dtype says there)
             return np.result_type(*[_FLOAT64 if type(a) is ValueArray else a for a in args])
+        if func is np.nan_to_num:  # (NumPy's returns an object array as it is)
+            x, rest = args[0], args[1:]
+            kwargs = {k: v for k, v in kwargs.items() if k != "copy"}
+            rest = rest[1:]  # (copy: a new array either way)
+            made = [nan_to_num(v, *rest, **kwargs) for v in np.asarray(x, dtype=object).flat]
+            return np.array(made + [None], dtype=object)[:-1].reshape(x.shape).view(ValueArray)
+        if func in _ORDERS and any(math.isnan(v.data) for v in _values(args[0])):
+            raise TypeError(
+                f"np.{func.__name__} of a traced array holding nan: NumPy puts nan in an "
+                "order of its own, not by the comparisons a trace records. Replace the nan "
+                "first (np.where(np.isnan(x), fill, x)), or leave the function uncompiled"
+            )
         out = super().__array_function__(func, types, args, kwargs)
         if type(out) is _ND and out.dtype == object and out.ndim:  # (np.where ...: its
             return out.view(ValueArray)  # ufuncs are the ops, not NumPy's object loop)

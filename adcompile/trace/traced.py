@@ -122,6 +122,29 @@ class TracedFloat(float):
         args = [float.__float__(a) if type(a) is TracedFloat else a for a in inputs]
         return getattr(ufunc, method)(*args, **kwargs)
 
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """``np.isclose(x.data, 2.0)`` in the user's code while tracing: refused (its
+        result would be a number of the trace); elsewhere, NumPy's on the float."""
+        if MODE.get().trace is not None and not in_library(1):
+            frozen_data(self)
+        plain = [float.__float__(a) if type(a) is TracedFloat else a for a in args]
+        return func._implementation(*plain, **kwargs)
+
+    def _plain(self) -> float:
+        """The float, where the user's code reads it while tracing: refused."""
+        if MODE.get().trace is not None and not in_library(2):
+            frozen_data(self)
+        return float.__float__(self)
+
+    def is_integer(self) -> bool:
+        return float.is_integer(self._plain())
+
+    def as_integer_ratio(self) -> tuple[int, int]:
+        return float.as_integer_ratio(self._plain())
+
+    def hex(self) -> str:
+        return float.hex(self._plain())
+
     def __reduce__(self) -> tuple:  # (pickles and copies as a plain float)
         return (float, (float(self),))
 
@@ -161,7 +184,7 @@ def _on_value(plain: Any, fn: Callable, operands: tuple) -> Any:
             a = a.value()
             if a is None:
                 return plain
-        elif not isinstance(a, numbers.Real) or isinstance(a, Numeric):
+        elif not isinstance(a, (numbers.Real, Numeric)):
             return NotImplemented
         values.append(a)
     out = fn(*values)
@@ -176,8 +199,12 @@ def _binary(name: str, fn: Callable, swapped: bool) -> Callable:
     def method(self: TracedFloat, other: Any) -> Any:
         if in_library(1) or MODE.get().trace is None:
             return plain(self, other)  # (the hot case: a Value's operator)
-        if isinstance(other, Numeric) or not isinstance(other, numbers.Real):
-            return NotImplemented  # (a Value's or an array's operator, which refuse it)
+        if isinstance(other, Numeric):  # (x.data * y, y a traced argument: (x * y).data)
+            if swapped:
+                return NotImplemented  # (y * x.data: a Value's operator, which refuses it)
+            return _on_value(plain(self, float.__float__(other.data)), fn, (self, other))
+        if not isinstance(other, numbers.Real):
+            return NotImplemented  # (an array's operator, which refuses it)
         operands = (other, self) if swapped else (self, other)
         return _on_value(plain(self, other), fn, operands)
 
@@ -244,8 +271,46 @@ def traced_float(
     v.data = t
 
 
+class RefusedGrad(float):
+    """The ``.grad`` of a Value made outside a traced function, or of one standing for
+    an argument, while the function is traced: any use of it as a number raises
+    (the compiled code would keep the gradient read then, where plain Python reads
+    the one of each call; an argument's is no Value's in plain Python)."""
+
+    __slots__ = ("label",)
+
+    def refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"the traced function read {self.label}.grad, the gradient of a Value made "
+            "outside it (or of an argument) while it was traced: the compiled code would "
+            "keep the number read then, where plain Python reads it at each call. Read "
+            "gradients outside the function, or pass them in as an argument"
+        )
+
+    for _name in (
+        "add sub mul truediv floordiv mod pow divmod radd rsub rmul rtruediv rfloordiv "
+        "rmod rpow rdivmod neg pos abs float int bool round trunc floor ceil lt le gt ge "
+        "eq ne array_ufunc array_function"
+    ).split():
+        locals()[f"__{_name}__"] = refuse
+    del _name
+    __hash__ = float.__hash__
+
+    def __reduce__(self) -> tuple:  # (copies as a plain float)
+        return (float, (float.__float__(self),))
+
+
+def refused_grad(v: Any) -> RefusedGrad:
+    """A :class:`RefusedGrad` of ``v.grad``, named after ``v``."""
+    g = RefusedGrad(float.__float__(v.grad) if isinstance(v.grad, float) else 0.0)
+    g.label = v.label or "p"
+    return g
+
+
 def frozen_data(x: Any) -> None:
     """Refuse a TracedFloat used as a number while tracing (``Value(x.data)``, ``x + y.data``)."""
+    if type(x) is RefusedGrad:
+        x.refuse()
     if type(x) is TracedFloat and MODE.get().trace is not None:
         raise TypeError(
             "the .data of a traced Value was used as a number: it would freeze the "

@@ -46,6 +46,17 @@ def isfinite(v: Any) -> bool:
     return abs(v) <= _MAX
 
 
+def nan_to_num(v: Any, nan: float = 0.0, posinf: Any = None, neginf: Any = None) -> Any:
+    """``np.nan_to_num(v)``: ``v`` where finite, else the number NumPy puts there
+    (nan: ``nan``; inf: ``posinf``, or the largest float), a guard while tracing."""
+    if isnan(v):
+        return float(nan)
+    if isinf(v):
+        big = posinf if v > 0 else neginf
+        return float(big) if big is not None else math.copysign(_MAX, v.data)
+    return v
+
+
 #: The ufuncs that test a float and answer a bool, on a Value.
 PREDICATES: dict[np.ufunc, Callable[[Any], bool]] = {
     np.isnan: isnan,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,17 @@ def _sub(v: Any) -> tuple:
     return (type(v), v.shape, v.dtype, np.asarray(v).tobytes(), mask)
 
 
+def _copied(v: Any) -> Any:
+    """What a "copy" watch compares with: a copy (a memoryview's bytes; a mapping that
+    is no dict, such as a ChainMap or ``os.environ``, as a dict: its copy would share
+    its maps)."""
+    if isinstance(v, memoryview):
+        return v.tobytes()
+    if isinstance(v, Mapping) and not isinstance(v, dict):
+        return dict(v)
+    return copy.copy(v)
+
+
 def _contents(v: Any, how: str) -> Any:
     if how == "items":
         # (the items kept alive, so that their ids stay theirs)
@@ -93,7 +104,7 @@ def _contents(v: Any, how: str) -> Any:
     if how == "identity":
         return v
     if how == "copy":
-        return (type(v), copy.copy(v))
+        return (type(v), _copied(v))
     if how == "subarray":
         return _sub(v) if isinstance(v, np.ndarray) else MISSING
     return (type(v), v)
