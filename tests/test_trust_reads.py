@@ -333,3 +333,109 @@ def test_labels_and_requires_grad_read_by_the_function_are_watched() -> None:
         assert g(1.5) == pytest.approx(plain(k, 1.0))
     q.requires_grad, q.data = False, 5.0
     assert grads[3](1.5) == 5.0
+
+
+# ---------------------------------------------------------------- third probe
+
+
+def _after(f, change) -> None:  # noqa: ANN001
+    """grad of ``f`` is central differences', before and after ``change()``."""
+    g = ad.grad(f)
+    for step in (None, change):
+        if step is not None:
+            step()
+        for x in (0.7, -1.1):
+            want = (f(x + 1e-6) - f(x - 1e-6)) / 2e-6
+            assert g(x) == pytest.approx(want, rel=1e-6, abs=1e-8)
+
+
+class Holder:
+    pass
+
+
+def test_library_functions_held_in_variables_are_watched() -> None:
+    """ACT = np.sin, then np.cos; max then min; ad.tanh then ad.sigmoid; a decorated
+    helper (lru_cache), np.vectorize's function, a builtin method's dict."""
+    h = Holder()
+    h.act, h.op, h.fn, h.scale = np.sin, max, ad.tanh, {"s": 2.0}
+
+    @__import__("functools").lru_cache
+    def cached() -> float:
+        return h.scale["s"]
+
+    vec = np.vectorize(lambda v: h.scale["s"] * v)
+    get = h.scale.get
+    _after(lambda x: h.act(x), lambda: setattr(h, "act", np.cos))
+    _after(lambda x: h.op(x, 0.5) * x, lambda: setattr(h, "op", min))
+    _after(lambda x: h.fn(x), lambda: setattr(h, "fn", ad.sigmoid))
+
+    def rescale() -> None:
+        h.scale["s"] = 5.0
+        cached.cache_clear()
+
+    for f in (
+        lambda x: cached() * x * x,
+        lambda x: x * float(vec(3.0)),
+        lambda x: get("s") * x * x,
+    ):
+        h.scale["s"] = 2.0
+        cached.cache_clear()
+        _after(f, rescale)
+
+
+def test_methods_replaced_on_the_class_or_the_instance_are_watched() -> None:
+    class C:
+        def get(self) -> float:
+            return 2.0
+
+        def __getitem__(self, i: int) -> float:
+            return 2.0
+
+    class D:
+        def get(self) -> float:
+            return 5.0
+
+    a, b, c, d = C(), C(), C(), C()
+    _after(lambda x: a.get() * x * x, lambda: setattr(b, "get", lambda: 5.0))  # (another)
+    _after(lambda x: b.get() * x * x, lambda: setattr(b, "get", lambda: 5.0))
+    _after(lambda x: c.get() * x * x, lambda: setattr(c, "__class__", D))
+    _after(lambda x: d[0] * x * x, lambda: setattr(C, "__getitem__", lambda s, i: 7.0))
+    _after(lambda x: a.get() * x * x, lambda: setattr(C, "get", lambda s: 9.0))
+
+
+def test_structured_arrays_ranges_and_slices_are_watched() -> None:
+    h = Holder()
+    h.p = np.zeros(1, dtype=[("a", "f8")])
+    h.p["a"] = 2.0
+    h.r, h.s, h.w = range(2), slice(0, 1), np.array([1.0, 2.0, 3.0])
+    _after(lambda x: h.p["a"][0] * x * x, lambda: h.p.__setitem__("a", 5.0))
+    _after(lambda x: len(h.r) * x * x, lambda: setattr(h, "r", range(5)))
+    _after(lambda x: np.sum(h.w[h.s]) * x * x, lambda: setattr(h, "s", slice(0, 3)))
+
+
+def test_a_layer_losing_its_bias_traces_again() -> None:
+    lin = ad.nn.Linear(2, 1)
+    vg = ad.value_and_grad(lambda x: np.sum(lin(np.array([x, 2 * x]))) ** 2)
+    vg(0.7)
+    lin.bias = None
+    for _ in range(2):
+        v, _g = vg(0.7)
+        assert v == pytest.approx(float(np.sum(lin(np.array([0.7, 1.4])))) ** 2, rel=1e-12)
+    assert vg.traces == 2
+
+
+def test_text_of_a_traced_value_prints_but_is_refused_as_data(capsys) -> None:  # noqa: ANN001
+    def shown(x):  # noqa: ANN001, ANN202
+        print("x is", x, f"{x:.3f}", "x " + str(x))
+        return x * 2.0
+
+    assert ad.jit(shown)(1.5) == 3.0
+    assert "1.500" in capsys.readouterr().out
+    for f in (
+        lambda x: len(str(x)) * x,
+        lambda x: (2.0 if f"{x:.1f}" == "0.7" else 5.0) * x,
+        lambda x: x * 2.0 if str(x.data).startswith("2") else x,
+        lambda x: x * {"0.7": 2.0}.get(f"{x:.1f}", 1.0),
+    ):
+        with pytest.raises(TypeError, match="text made from a traced value"):
+            ad.jit(f)(0.7)

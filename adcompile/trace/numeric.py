@@ -16,6 +16,7 @@ import operator
 from typing import Any
 
 from .mode import ARGUMENT, FLOAT_REFUSED, MODE, STATIC_HINT, index_error
+from .text import traced_text
 
 
 class Numeric:
@@ -161,8 +162,9 @@ class Numeric:
         return self.data
 
     def __repr__(self) -> str:
-        return f"Value(data={self.data}, grad={self.grad})"
+        data, grad = float.__float__(self.data), float.__float__(self.grad)  # (traced ones)
+        return traced_text(f"Value(data={data}, grad={grad})")
 
     def __format__(self, spec: str) -> str:
-        """``f"{v:.3f}"`` formats ``.data``; ``f"{v}"`` is ``str(v)``."""
-        return format(self.data, spec) if spec else str(self)
+        """``f"{v:.3f}"`` formats ``.data``; ``f"{v}"`` is ``str(v)`` (``TracedText``)."""
+        return traced_text(format(float.__float__(self.data), spec) if spec else str(self))

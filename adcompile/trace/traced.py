@@ -23,6 +23,7 @@ import numpy as np
 from ..ir.ops import Op
 from .mode import COMPARE_FLOATS, MODE, in_library
 from .numeric import Numeric
+from .text import traced_text
 from .ufuncs import PREDICATES
 
 #: The Values' comparison operators, by symbol (a guard while tracing).
@@ -129,6 +130,12 @@ class TracedFloat(float):
             frozen_data(self)
         plain = [float.__float__(a) if type(a) is TracedFloat else a for a in args]
         return func._implementation(*plain, **kwargs)
+
+    def __repr__(self) -> str:
+        return traced_text(float.__repr__(self))
+
+    def __format__(self, spec: str) -> str:
+        return traced_text(float.__format__(self, spec))
 
     def _plain(self) -> float:
         """The float, where the user's code reads it while tracing: refused."""

@@ -47,7 +47,10 @@ class Watched:
         except Exception:  # gone: any later value counts as a change
             self.obj, self.copy = MISSING, None
             return
-        self.copy = _contents(self.obj, self.how)
+        try:
+            self.copy = _contents(self.obj, self.how)
+        except Exception:  # (of another kind now, ``lin.bias = None``: by identity)
+            self.how, self.copy = "identity", self.obj
 
     def changed(self) -> bool:
         """Whether the value differs from the one kept (an equal new number is none)."""
@@ -111,7 +114,15 @@ def _contents(v: Any, how: str) -> Any:
 
 
 def _matches(now: Any, copy: Any, how: str) -> bool:
-    """Whether ``now`` is what ``copy`` was taken of (see :class:`Watched`)."""
+    """Whether ``now`` is what ``copy`` was taken of (see :class:`Watched`); False
+    where it cannot be compared (``lin.bias = None`` where an array of Values was)."""
+    try:
+        return _compare(now, copy, how)
+    except Exception:
+        return False
+
+
+def _compare(now: Any, copy: Any, how: str) -> bool:
     if how == "identity":
         return now is copy
     if how == "items":
