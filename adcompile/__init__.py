@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .ir.ops import OPS, Op
 from .ir.tape import Guard, Node, Tape
 from .trace.functions import FUNCTIONS
@@ -41,8 +43,17 @@ def _tape_to_sympy(tape: Tape) -> list:
     return tape_to_sympy(tape)
 
 
-# The method of the tape that the SymPy bridge, a layer above the tape, provides.
+def _tape_compile(tape: Tape, wrt: Any = None) -> Any:
+    """The tape's compiled code (``api.tape_code``), called as ``tape.evaluate`` is;
+    with ``wrt`` (input positions), the value and then its gradient."""
+    from .api.tape_code import compile_tape  # (Numba: on the first compile)
+
+    return compile_tape(tape, wrt)
+
+
+# The methods of the tape that layers above it provide: SymPy's bridge, the pipeline.
 Tape.to_sympy = _tape_to_sympy  # type: ignore[attr-defined]
+Tape.compile = _tape_compile  # type: ignore[attr-defined]
 
 __version__ = "0.1.0"
 

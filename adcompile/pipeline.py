@@ -11,9 +11,12 @@ transforms (``adcompile.api``) trace, then call it. It reads as the pipeline:
 4. **backend** (``backend/``): the source is loaded from a real file and
    compiled by Numba.
 
-An array tape (``ir.arrays``: one node per NumPy call) skips step 1: it is
-differentiated by ``diff.arrays`` and printed as NumPy code on whole arrays
-(``emit.arrays``, run by ``backend.arrays``; not yet lowered into loops).
+An array tape (``ir.arrays``: one node per NumPy call) is differentiated first,
+by ``diff.arrays``, and printed as NumPy code on whole arrays (``emit.arrays``,
+run by ``backend.arrays``); its loop nests, made once the code runs often, come
+from the same loop IR: ``loops.array_scan.scan`` lowers the tape (its repeated
+runs are loops whose bodies are array tapes, a scan), and ``emit.array_loops``
+prints that program.
 
 Steps 1 to 3 of the loop path are ``emit.fold.loop_source``; the unrolled path's
 printing and compiling are ``backend.compiled.compile_tape``. Either way the
