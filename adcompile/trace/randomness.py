@@ -54,11 +54,13 @@ def _ask() -> None:
         _asks.count = getattr(_asks, "count", 0) + 1
 
 
-def _counted(randbits: Callable[[int], int]) -> Callable[[int], int]:
-    @functools.wraps(randbits)
-    def asked(k: int) -> int:
+def _counted(ask: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``ask`` (NumPy's entropy, ``os.urandom``), each call counted (``_ask``)."""
+
+    @functools.wraps(ask)
+    def asked(k: int) -> Any:
         _ask()
-        return randbits(k)
+        return ask(k)
 
     return asked
 
@@ -73,17 +75,8 @@ def _counted_seed(seed: Callable[..., None]) -> Callable[..., None]:
     return seeded
 
 
-def _counted_urandom(urandom: Callable[[int], bytes]) -> Callable[[int], bytes]:
-    @functools.wraps(urandom)
-    def asked(n: int) -> bytes:
-        _ask()
-        return urandom(n)
-
-    return asked
-
-
 # (os.urandom: the OS's random bytes, which secrets, uuid.uuid4 and SystemRandom read)
-os.urandom = _counted_urandom(os.urandom)
+os.urandom = _counted(os.urandom)
 random._urandom = os.urandom  # type: ignore[attr-defined]
 random.Random.seed = _counted_seed(random.Random.seed)  # type: ignore[method-assign]
 random.SystemRandom.seed = _counted_seed(random.SystemRandom.seed)  # type: ignore[method-assign]
