@@ -174,8 +174,6 @@ def scan(
     ``gradients`` (a compiled loss), a Value that takes a gradient is read as itself,
     never swapped for its number: the trace finds it, and its gradient is taken."""
     caps = Captures(f)
-    scanner = Scanner(caps, {id(v) for v in exclude}, swap)
-    scanner.gradients = gradients
-    scanner.top(f)
+    Scanner(caps, {id(v) for v in exclude}, swap, gradients).top(f)
     caps.snapshot()
     return caps

@@ -90,11 +90,11 @@ class Scanner:
     reaches; each value found is a hidden input or watched, by an expression
     from its root (``_r0['cfg'].scale``)."""
 
-    def __init__(self, caps: Any, exclude: set[int], swap: bool) -> None:  # (captures.Captures)
+    def __init__(self, caps: Any, exclude: set[int], swap: bool, gradients: bool) -> None:
         self.swap = swap
-        self.caps = caps
+        self.caps = caps  # (a captures.Captures, filled in)
         self.exclude = exclude
-        self.gradients = False  # (see ``scan``)
+        self.gradients = gradients  # (see ``captures.scan``)
         self.seen: set[tuple[int, bool]] = set()
         self.names: set[str] = set()
         self.hidden_ids: dict[tuple[int, Any], Hidden] = {}

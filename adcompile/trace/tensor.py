@@ -127,7 +127,12 @@ class ValueArray(np.ndarray):
             x, rest = args[0], args[1:]
             kwargs = {k: v for k, v in kwargs.items() if k != "copy"}
             rest = rest[1:]  # (copy: a new array either way)
-            made = [nan_to_num(v, *rest, **kwargs) for v in np.asarray(x, dtype=object).flat]
+            made = [
+                nan_to_num(v, *rest, **kwargs)
+                if isinstance(v, Value)
+                else np.nan_to_num(v, True, *rest, **kwargs)
+                for v in np.asarray(x, dtype=object).flat
+            ]
             return np.array(made + [None], dtype=object)[:-1].reshape(x.shape).view(ValueArray)
         if func in _ORDERS and any(math.isnan(v.data) for v in _values(args[0])):
             raise TypeError(

@@ -294,17 +294,16 @@ class RefusedGrad(float):
             "gradients outside the function, or pass them in as an argument"
         )
 
-    for _name in (
-        "add sub mul truediv floordiv mod pow divmod radd rsub rmul rtruediv rfloordiv "
-        "rmod rpow rdivmod neg pos abs float int bool round trunc floor ceil lt le gt ge "
-        "eq ne array_ufunc array_function"
-    ).split():
-        locals()[f"__{_name}__"] = refuse
-    del _name
-    __hash__ = float.__hash__
-
     def __reduce__(self) -> tuple:  # (copies as a plain float)
         return (float, (float.__float__(self),))
+
+
+for _name in (
+    "add sub mul truediv floordiv mod pow divmod radd rsub rmul rtruediv rfloordiv rmod "
+    "rpow rdivmod neg pos abs float int bool round trunc floor ceil lt le gt ge eq ne "
+    "array_ufunc array_function"
+).split():  # (every use as a number: refused)
+    setattr(RefusedGrad, f"__{_name}__", RefusedGrad.refuse)
 
 
 def refused_grad(v: Any) -> RefusedGrad:
