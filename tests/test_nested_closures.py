@@ -187,3 +187,53 @@ def test_a_recurrence_written_into_np_zeros(n: int) -> None:
         d = rng.normal(size=n)
         fd = (recurrence(x + 1e-6 * d) - recurrence(x - 1e-6 * d)) / 2e-6
         assert float(g @ d) == pytest.approx(fd, rel=1e-6, abs=1e-8)
+
+
+# ---------------------------------------------------------------- the fourth probe
+
+
+@EAGER_DIFFERS
+def test_nested_transforms_of_transforms_closing_over_a_traced_value() -> None:
+    """grad of grad inside grad, closing over x: the inner traces put back the outer
+    trace's traced .data of x as it was (they put back its float, which the outer
+    trace took for an assignment)."""
+    g = ad.grad(lambda x: ad.grad(ad.grad(lambda y: ad.sin(y) * x))(x))
+    for x in (0.3, -1.2):
+        assert g(x) == pytest.approx(-math.sin(x) - x * math.cos(x), rel=1e-12)
+    ga = ad.grad(lambda x: np.sum(ad.grad(lambda w: np.sum(w * w * x))(x)))
+    x = np.linspace(-1.0, 1.0, 5)
+    np.testing.assert_allclose(ga(x), 4 * x, rtol=1e-12)  # d/dx of sum(2 x**2)
+
+
+def test_an_inner_transform_compiled_first_inside_a_trace(monkeypatch, tmp_path) -> None:  # noqa: ANN001
+    """Numba's cache names its files with uuid4 (the OS's randomness): compiling the
+    inner transform for the first time inside the outer trace is no draw of f's."""
+    from conftest import fresh_loader
+
+    monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path / "cache"))
+    fresh_loader(monkeypatch)
+    inner = ad.jit(lambda y: ad.exp(y) * y * 1.25)
+    g = ad.grad(lambda x: x * inner(0.5))
+    assert g(0.3) == pytest.approx(0.5 * math.exp(0.5) * 1.25, rel=1e-14)
+
+
+@EAGER_DIFFERS
+def test_np_zeros_with_a_static_or_keyword_argument() -> None:
+    """Written into when traced element by element, under a variant of the transform
+    (static_argnums, keywords): the user's module is found through adcompile's wrappers."""
+
+    def f(x, n):  # noqa: ANN001, ANN202
+        z = np.zeros(n)
+        z[0] = x[0]
+        z[1:] += x[1:n] * 2.0
+        for i in range(1, n):
+            z[i] = z[i] + 0.5 * z[i - 1]
+        return np.sum(z**2)
+
+    rng = np.random.default_rng(4)
+    for grad in (ad.grad(f, static_argnums=1), lambda x, n: ad.grad(f)(x, n=n)):
+        for n in (3, 5):
+            x = rng.normal(size=n)
+            d = rng.normal(size=n)
+            fd = (f(x + 1e-6 * d, n) - f(x - 1e-6 * d, n)) / 2e-6
+            assert float(grad(x, n) @ d) == pytest.approx(fd, rel=1e-6, abs=1e-8)

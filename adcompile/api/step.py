@@ -189,4 +189,5 @@ def _with_labels(loss: CompiledLoss, where: tuple[int, ...]) -> Callable[..., An
         return fn(*args)
 
     del with_labels.__wrapped__  # (its parameters are the float arguments' alone)
+    with_labels.user_function = fn  # (whose module makes its arrays: ``trace.creation``)
     return with_labels

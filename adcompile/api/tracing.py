@@ -265,7 +265,9 @@ class _KeptData:
 
     def __init__(self, fname: str, kept: Sequence[Value], inputs: Sequence[Value]) -> None:
         self.fname, self.kept, self.inputs = fname, kept, inputs
-        self.given: list[Any] = [v.data for v in kept]
+        # what they held before: put back as it was (an outer trace's traced float too)
+        self.before: list[Any] = [v.data for v in kept]
+        self.given: list[Any] = list(self.before)
         self.seen: list[Any] = []
 
     def mark(self) -> None:
@@ -284,8 +286,8 @@ class _KeptData:
     def __exit__(self, kind: Any, *rest: Any) -> None:
         values = (*self.kept, *self.inputs)
         written = [v for v, t in zip(values, (*self.given, *self.seen)) if v.data is not t]
-        for v, t in zip(self.kept, self.given):
-            v.data = float(t)
+        for v, t in reversed(list(zip(self.kept, self.before))):
+            v.data = t
         graded = [v for v, _, refused in self.grads if v.grad is not refused]
         for v, grad, _ in self.grads:
             v.grad = grad

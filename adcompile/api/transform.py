@@ -446,6 +446,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin, Repl
                 return f(*args[:-n], **dict(zip(dynamic, args[-n:])), **static)
             return f(*args, **static)
 
+        with_keywords.user_function = f  # (whose module makes its arrays: ``trace.creation``)
         variant = self._like(with_keywords)
         variant._name, variant._namefun, variant._kwnames = self._name, f, tuple(dynamic)
         return variant

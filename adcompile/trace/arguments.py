@@ -270,6 +270,7 @@ def call_on_leaves(fun: Callable, p: Plan) -> Callable:
     def on_leaves(*leaves: Any, **kwargs: Any) -> Any:
         return fun(*rebuild(trees, statics, leaves), **kwargs)
 
+    on_leaves.user_function = fun  # (whose module makes its arrays: ``trace.creation``)
     return on_leaves
 
 

@@ -84,6 +84,8 @@ _SWAP = {id(np): FACADE, **{id(fn): _WRAPPERS[n] for n, fn in _ORIGINAL.items()}
 
 def _user_globals(fun: Any) -> dict | None:
     """The module globals of the user's function (of a method, a callable object)."""
+    while hasattr(fun, "user_function"):  # (adcompile's wrapper of it: ``arguments``)
+        fun = fun.user_function
     fun = getattr(fun, "__wrapped__", fun)
     if isinstance(fun, types.MethodType):
         fun = fun.__func__

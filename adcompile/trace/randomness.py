@@ -40,13 +40,18 @@ _asks = threading.local()  # .count: the asks for the OS's entropy of this threa
 _NOT_DRAWS = ("tempfile", "multiprocessing", "numba", "adcompile")
 
 
+#: Modules between an ask and the code that made it (``uuid.uuid4`` asks for Numba's
+#: cache files, under a ``contextlib`` block).
+_ON_THE_WAY = ("random", "functools", "uuid", "secrets", "contextlib")
+
+
 def _ask() -> None:
     """Count an ask for the OS's entropy, unless it was made for a temporary name
     (``_NOT_DRAWS``), not by the code that asked for a generator."""
     frame = sys._getframe(2)
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module not in ("random", "functools") and not module.startswith("numpy."):
+        if module not in _ON_THE_WAY and not module.startswith("numpy."):
             break
         frame = frame.f_back
     module = frame.f_globals.get("__name__", "") if frame is not None else ""
