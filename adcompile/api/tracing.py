@@ -286,7 +286,7 @@ class _KeptData:
     def __exit__(self, kind: Any, *rest: Any) -> None:
         values = (*self.kept, *self.inputs)
         written = [v for v, t in zip(values, (*self.given, *self.seen)) if v.data is not t]
-        for v, t in reversed(list(zip(self.kept, self.before))):
+        for v, t in zip(self.kept, self.before):
             v.data = t
         graded = [v for v, _, refused in self.grads if v.grad is not refused]
         for v, grad, _ in self.grads:

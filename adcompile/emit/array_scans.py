@@ -57,7 +57,7 @@ class _Layout:
         self.slots: list[int | None] = []  # the tape slot each node stands for
         self.placed: dict[tuple[int, int], int] = {}  # (item, statement or body slot) -> node
         self.stacked: dict[tuple[int, int], str] = {}  # (loop item, position) -> its stack
-        self.var: dict[int, str] = {}  # loop item -> its step's name
+        self.span: dict[int, Span] = {}  # loop item -> its span
 
     def _add(self, node: Node, shape: tuple, boolean: bool, name: str, slot: int | None) -> int:
         self.nodes.append(node)
@@ -85,8 +85,8 @@ class _Layout:
                         slot,
                     )
                 continue
-            self.var[n] = f"r{len(spans)}"
-            spans.append(self._loop(n, item))
+            self.span[n] = self._loop(n, item, f"r{len(spans)}")
+            spans.append(self.span[n])
         outputs = [self._read(o) for o in program.outputs]
         flat = ArrayTape(
             self.nodes,
@@ -103,14 +103,12 @@ class _Layout:
             flat.adjoint_from = min(after, default=None)
         for (n, q), name in self.stacked.items():
             loop = program.items[n]
-            spans[self._span_of(n)].stacks.append((name, self.placed[n, loop.positions[q]]))
+            self.span[n].stacks.append((name, self.placed[n, loop.positions[q]]))
         return flat, spans
 
-    def _span_of(self, n: int) -> int:
-        return sum(1 for item in self.program.items[:n] if type(item) is Loop)
-
-    def _loop(self, n: int, loop: Loop) -> Span:
-        body, var = loop.body, self.var[n]
+    def _loop(self, n: int, loop: Loop, var: str) -> Span:
+        """Loop item ``n``'s body laid out, its step named ``var``."""
+        body = loop.body
         span = Span(len(self.nodes), 0, loop.trips, var)
         slot_of = {j: loop.slot(p) for p, j in enumerate(loop.positions) if j is not None}
         reads = dict(zip(body.inputs, loop.reads))
