@@ -85,6 +85,8 @@ DESCRIPTION = {
 }
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 MARKER = "@@ARRAYS-BENCH@@ "
+#: Set on some machines to force OpenBLAS's kernels (see ``blas_kernels``).
+BLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 FULL = {"budget": 1.0, "min_steps": 5}
 QUICK = {"budget": 0.15, "min_steps": 3}
@@ -829,6 +831,46 @@ def _versions() -> dict[str, str]:
     return out
 
 
+_KERNELS = """
+import json, numpy
+try:
+    import scipy.linalg
+except ImportError:
+    pass
+try:
+    import threadpoolctl
+except ImportError:
+    print(json.dumps(None))
+else:
+    print(json.dumps(sorted({(i.get("prefix", "?"), i.get("architecture", "?"))
+                             for i in threadpoolctl.threadpool_info()
+                             if i.get("user_api") == "blas"})))
+"""
+
+
+def blas_kernels() -> str:
+    """Which kernels the cells' BLAS libraries took (NumPy's, and SciPy's, which
+    Numba's ``np.dot`` calls), as threadpoolctl reports them in a fresh process."""
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _KERNELS], capture_output=True, text=True, timeout=60,
+            env=child_env(tempfile.gettempdir()),
+        )
+        found = json.loads(run.stdout)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return "unknown"
+    if found is None:
+        return "unknown (threadpoolctl is not installed)"
+    text = ", ".join(f"{prefix} {arch}" for prefix, arch in found)
+    forced = {v: os.environ[v] for v in BLAS_VARS if v in os.environ}
+    if forced:
+        text += (
+            f", as {' and '.join(f'{k}={v}' for k, v in forced.items())} in the environment "
+            "say (unset both for the kernels OpenBLAS itself picks for this CPU)"
+        )
+    return text
+
+
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """Run the workloads asked for; print their tables (or JSON). Exit status 1 when a
     system's gradient disagrees with the hand-written one (``prog``: the usage's name)."""
@@ -885,6 +927,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         "torch.set_num_threads(1), each cell pinned to one CPU",
         "python_executable": sys.executable,
         "versions": _versions(),
+        "blas": blas_kernels(),
         "quick": opts.quick,
         "budget_s": budget,
         "rtol": RTOL,
@@ -894,6 +937,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         print(f"uptime: {meta['uptime']}")
         print(f"threads: {meta['threads']}; {meta['cpus']} CPUs")
         print("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+        print(f"BLAS kernels: {meta['blas']}")
         print(
             f"each cell a fresh process (adcompile: a new empty ADCOMPILE_CACHE_DIR); "
             f"steps timed for {budget:g} s, median; checked to rtol {RTOL:g} against the "
