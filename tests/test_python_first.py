@@ -10,6 +10,7 @@ Numba's answer: on random programs at fresh points, where CPython raises
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
@@ -25,6 +26,7 @@ from test_fuzz import PATIENT, _compile, programs
 import adcompile as ad
 from adcompile.backend import python_first
 from adcompile.backend.shared import forget_shared_code
+from adcompile.trace import loader
 
 CHILD = """
 import json
@@ -136,13 +138,14 @@ def test_batch_generic_code_is_restored_and_its_first_call_runs_as_python(tmp_pa
 
 
 @pytest.fixture
-def restored(monkeypatch, tmp_path):
+def restored(monkeypatch, tmp_path, caplog):
     """``restored(f, *args)``: value_and_grad of ``f`` compiled once, then made again as
     a new process would, from its record on disk, its first call run as Python:
     ``(first call's result, the restored code, the cold transform's result)``. The
     disk cache is one of its own (what other tests did to the shared one, in this
     process or in another worker, is no concern of it)."""
     monkeypatch.setattr(python_first, "PYTHON_FIRST", "always")
+    caplog.set_level(logging.DEBUG, logger="adcompile")  # (why a record was not restored)
     monkeypatch.delenv("ADCOMPILE_CHECK", raising=False)
     monkeypatch.setenv("ADCOMPILE_CACHE_DIR", str(tmp_path))
     fresh_loader(monkeypatch)
@@ -152,7 +155,9 @@ def restored(monkeypatch, tmp_path):
         forget_shared_code()  # (as a new process: only the disk cache is left)
         vg = ad.value_and_grad(f, argnums=argnums, check=False)
         first = vg(*args)
-        assert "restored from the disk cache" in vg.events[-1].stages
+        stages = vg.events[-1].stages
+        why = (list(stages), loader.disk_dir(quiet=True), caplog.text)
+        assert "restored from the disk cache" in stages, why
         return first, vg._last.compiled, cold
 
     return make

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
+import logging
 import os
 import sys
 import time
@@ -42,6 +43,8 @@ from .events import (
 )
 from .specialisation import Specialisation, keep_first, too_many
 from .tracing import slot_text
+
+log = logging.getLogger(__name__)
 
 #: The ops adcompile defines (by identity): code of tapes of these only is kept on
 #: disk for other processes (an op a user defines may differ there).
@@ -425,7 +428,7 @@ class CompileMixin:
                     try:
                         compiled = restore(record)
                     except Exception:  # (a record of another kind or damaged: made again)
-                        pass
+                        log.debug("the record %s was not restored", digest, exc_info=True)
                     else:
                         self._stages["restored from the disk cache"] = time.perf_counter() - clock
                         return compiled
