@@ -16,7 +16,8 @@ from typing import Any
 from ..ir.passes import simplify
 from ..ir.tape import Node, Tape, active_slots, forward_sweep, reverse_sweep
 from ..trace.mode import gc_paused, recording
-from ..trace.value import Value, append_nodes, constant, next_serial, recorded_on, serial_of
+from ..trace.tapes import recorded_on
+from ..trace.value import Value, append_nodes, constant, next_serial, serial_of
 
 
 class _Adjoints(list):

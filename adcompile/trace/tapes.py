@@ -9,12 +9,30 @@ that made it. Comparisons between two constants are not kept as guards.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from ..ir.tape import CONST, Guard, Tape
 from .mode import site_text
 from .value import Value, lay_out, serial_of, topological_order
+
+
+def recorded_on(roots: Sequence[Value], known: Container[int]) -> list[Value]:
+    """The Values the roots depend on through Values not in ``known`` (ids), those
+    not in ``known``, in creation order: what was recorded on top of them (reverse
+    mode's adjoint, on top of the primal's Values)."""
+    seen: set[int] = set()
+    found: list[Value] = []
+    stack = [v for v in roots if id(v) not in known]
+    while stack:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        found.append(v)
+        stack.extend(p for p in v.operands if id(p) not in known)
+    found.sort(key=serial_of)
+    return found
 
 
 def graph_roots(

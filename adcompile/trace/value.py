@@ -11,19 +11,20 @@ While tracing (``mode.tracing``), comparisons are kept as guards and each op's
 source line as (code, offset); ``.data`` is then a ``TracedFloat`` (``traced``).
 
 This is the one module that reads a Value's slots: the graph walks
-(``topological_order``, ``recorded_on``, ``outer_values``) and the layout of
+(``topological_order``, ``outer_values``) and the layout of
 Values as tape nodes (``lay_out``, ``append_nodes``) are here. ``numeric`` (its
 base class) makes it a Python number.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
 import operator
 import struct
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..ir import ops
 from ..ir.ops import OPS, Op
 from ..ir.tape import CONST, INPUT, Node
 from . import methods, ufuncs
+from .micrograd import MicrogradOp, by_hand
 from .mode import (
     COMPARE_FLOATS,
     DEFAULT_MODE,
@@ -64,6 +66,11 @@ def _result(op: Op, operands: tuple, data: float) -> Value:
     out._serial = next(serials)
     if MODE.get() is not DEFAULT_MODE:
         return _moded(out, op, operands)
+    return _recorded(out, op, operands)
+
+
+def _recorded(out: Value, op: Op, operands: tuple) -> Value:
+    """``out`` made by ``op``: it records its operands if any takes a gradient."""
     for v in operands:
         if v._rg:
             out._fn = op
@@ -87,19 +94,7 @@ def _moded(out: Value, op: Op, operands: tuple) -> Value:
         traced_float(out, op, operands, _result)
         if mode.trace.sites:
             mode.trace.where[out._serial] = caller_site(3)
-    if mode.grad:
-        for v in operands:
-            if v._rg:
-                out._fn = op
-                _link(out, operands)
-                out._rg = True
-                out._adj = None
-                return out
-    out._fn = None
-    out._a = out._b = None
-    out._rg = False
-    out._adj = _SINK
-    return out
+    return _recorded(out, op, operands if mode.grad else ())
 
 
 def _link(out: Value, operands: Sequence[Value]) -> None:
@@ -176,7 +171,9 @@ class Value(Numeric):
         self.data = data if type(data) is float else as_float(data)
         self.grad = 0.0
         self._fn: Op | None = None
-        _link(self, tuple(_children))  # micrograd's _children (kept for _prev only)
+        _link(self, tuple(_children))  # micrograd's _children: its own op (_backward)
+        if self._a is not None:
+            self._fn = MicrogradOp(_op, self._prev)
         self.label = label
         self._rg = bool(requires_grad)
         self._serial = next(serials)
@@ -230,15 +227,8 @@ class Value(Numeric):
         fn = self._fn
         return "" if fn is None else (fn.symbol or fn.name)
 
-    @property
-    def operands(self) -> tuple[Value, ...]:
-        """The Values this one was computed from (micrograd's ``_prev``); () for a leaf."""
-        return self._prev
-
-    @property
-    def op_label(self) -> str:
-        """The label of the op that made it (micrograd's ``_op``); ``''`` for a leaf."""
-        return self._op
+    operands = _prev  # (public names of micrograd's)
+    op_label = _op
 
     @property
     def is_leaf(self) -> bool:
@@ -293,6 +283,17 @@ class Value(Numeric):
                 "no gradient outside the function and pass it as an argument"
             )
         return Value(float(self.data), requires_grad=False)
+
+    @property
+    def _backward(self) -> Callable[[], None]:
+        """micrograd's ``_backward``: ``self.grad`` times each local derivative added
+        into the operands' ``.grad`` (backpropagation by hand, one node at a time);
+        assigned, the reverse step of a Value made by ``Value(data, (a, b), 'op')``."""
+        return functools.partial(by_hand, self, self._fn)
+
+    @_backward.setter
+    def _backward(self, closure: Callable[[], None]) -> None:
+        self._fn = MicrogradOp(self._op, self._prev, closure)
 
     def __getattr__(self, name: str) -> Any:
         # user-defined unary ops become methods too (built-in ones are set below)
@@ -368,12 +369,21 @@ def _grad_order(root: Value) -> list[Value]:
 def backward_step(op: Op) -> Callable[[Value, float], None]:
     """The reverse step of ``op``: add each operand's contribution to its ``_adj``
     (its source written from the op's derivative rules, ``methods.backward_step``)."""
+    if isinstance(op, MicrogradOp):
+        return _own_step  # (each such Value has its op: not kept)
     step = methods.backward_step(op, __name__)
     _STEPS[op] = step
     return step
 
 
 _STEPS: dict[Op, Callable[[Value, float], None]] = {}
+
+
+def _own_step(v: Value, g: float) -> None:
+    """The reverse step of a Value made by micrograd's way (``MicrogradOp``)."""
+    for p, c in v._fn.contributions(v, g):
+        if p._rg:
+            p._adj += c
 
 
 def set_step(op: Op, step: Callable[[Value, float], None]) -> None:
@@ -466,24 +476,6 @@ def topological_order(roots: Iterable[Value], before: int | None = None) -> list
 
 
 serial_of = operator.attrgetter("_serial")
-
-
-def recorded_on(roots: Sequence[Value], known: Container[int]) -> list[Value]:
-    """The Values the roots depend on through Values not in ``known`` (ids), those
-    not in ``known``, in creation order: what was recorded on top of them (reverse
-    mode's adjoint, on top of the primal's Values)."""
-    seen: set[int] = set()
-    found: list[Value] = []
-    stack = [v for v in roots if id(v) not in known]
-    while stack:
-        v = stack.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        found.append(v)
-        stack.extend(p for p in v._prev if id(p) not in known)
-    found.sort(key=serial_of)
-    return found
 
 
 def append_nodes(values: Iterable[Value], index: dict[int, int], nodes: list[Node]) -> None:
