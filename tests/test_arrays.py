@@ -160,6 +160,25 @@ CASES = {
     "concatenate": (lambda x: np.sum(np.concatenate([x, x**2], axis=1) ** 2), X),
     "hstack vstack": (lambda x: np.sum(np.hstack([x[0], x[1]]) ** 2) + np.vstack([x, x]).sum(), X),
     "cumsum diff": (lambda x: np.sum(np.cumsum(x, axis=0) ** 2) + np.sum(np.diff(x) ** 2), X),
+    "diag diagonal trace": (
+        lambda x: (
+            np.sum(np.diag(x) ** 2)
+            + np.sum(np.diag(x, 2) * np.diag(x, -1)[:2])
+            + np.trace(x[:, :4] ** 2, -1) * np.trace(x)
+            + np.sum(x.diagonal(1) ** 3)
+        ),
+        X,
+    ),
+    "diag of a vector": (
+        lambda x: (
+            np.sum((np.diag(x[0]) @ x.T) ** 2) + np.sum(np.diag(x[1], 1) * np.diag(x[2], -1))
+        ),
+        X,
+    ),
+    "inner of matrices": (
+        lambda x: np.sum(np.inner(x, x[:2] ** 2)) + np.sum(np.inner(x[0], x)),
+        X,
+    ),
     "where as data": (lambda x: np.sum(np.where(x > 0, x**2, -x)), X),
     "clip": (lambda x: np.sum(np.clip(x, -0.5, 0.7) ** 2), X),
     "abs sign floor round": (

@@ -485,6 +485,9 @@ class ArrayValue:
     def cumsum(self, *a: Any, **k: Any) -> ArrayValue:
         return self._np(np.cumsum, *a, **k)
 
+    def diagonal(self, *a: Any, **k: Any) -> ArrayValue:
+        return self._np(np.diagonal, *a, **k)
+
     def clip(self, *a: Any, **k: Any) -> ArrayValue:
         return self._np(np.clip, *a, **k)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -278,9 +279,11 @@ def dot(a, b, out=None):  # noqa: ANN001, ANN201
 def inner(a, b):  # noqa: ANN001, ANN201
     t = _trace(a, b)
     x, y = t.operand(a), t.operand(b)
-    if x.ndim != 1 or y.ndim != 1:
-        raise NotArrayLevel("np.inner of arrays other than vectors")
-    return t.record(matmul(), [x, y])
+    if x.ndim == 0 or y.ndim == 0:
+        return x * y
+    if x.ndim == 1 and y.ndim == 1:
+        return t.record(matmul(), [x, y])
+    return tensordot(x, y, ([x.ndim - 1], [y.ndim - 1]))  # (over the last axes)
 
 
 @_handles(np.outer)
@@ -320,6 +323,41 @@ def tensordot(a, b, axes=2):  # noqa: ANN001, ANN201
     if not einsum_ok(spec):
         raise NotArrayLevel(f"np.tensordot(..., axes={axes!r}) at array level")
     return t.record(einsum(spec), [x, y])
+
+
+# ---------------------------------------------------------------- diagonals
+
+
+@_handles(np.diagonal)
+def diagonal(a, offset=0, axis1=0, axis2=1):  # noqa: ANN001, ANN201
+    x, k = _as(a), operator.index(offset)
+    if x.ndim != 2 or A.normal_axes((axis1, axis2), 2) != (0, 1):
+        raise NotArrayLevel("np.diagonal of other than a matrix's axes 0, 1")
+    r, c = max(-k, 0), max(k, 0)
+    i = np.arange(max(0, min(x.shape[0] - r, x.shape[1] - c)))
+    return x[i + r, i + c]
+
+
+@_handles(np.trace)
+def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):  # noqa: ANN001, ANN201
+    _refuse("trace", dtype=dtype, out=out)
+    return _reduce("sum", diagonal(a, offset, axis1, axis2), None, False)
+
+
+@_handles(np.diag)
+def diag(v, k=0):  # noqa: ANN001, ANN201
+    """A matrix's diagonal, or a matrix with ``v`` on its ``k``-th diagonal: a gather
+    from ``v`` with a zero after it (no product: ``0 * inf`` would be nan)."""
+    x, k = _as(v), operator.index(k)
+    if x.ndim == 2:
+        return diagonal(x, k)
+    if x.ndim != 1:
+        raise ValueError("Input must be 1- or 2-d.")
+    n = x.shape[0]
+    i, m = np.arange(n), n + abs(k)
+    at = np.full((m, m), n)
+    at[i + max(-k, 0), i + max(k, 0)] = i
+    return concatenate([x, np.zeros(1)])[at]
 
 
 # ---------------------------------------------------------------- selections
