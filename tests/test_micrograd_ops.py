@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 import adcompile as ad
@@ -137,3 +138,23 @@ def test_a_leafs_backward_by_hand_does_nothing():
 def test_a_trace_refuses_an_op_made_by_hand(body):
     with pytest.raises(TypeError, match="micrograd-style op"):
         ad.grad(body)(0.5)
+
+
+def test_numpy_booleans_are_numbers_on_either_side():
+    """``Value - np.True_`` as ``Value - True`` (np.bool_ is no numbers.Real)."""
+    v = Value(2.5)
+    for got, want in (
+        (v - np.True_, 1.5),
+        (np.True_ - v, -1.5),
+        (v * np.False_, 0.0),
+        (v**np.True_, 2.5),
+        (ad.maximum(v, np.True_), 2.5),
+    ):
+        assert got.data == want
+    y = np.array([0.3, -1.2]) > 0  # boolean labels, as a micrograd loss reads them
+    f = lambda w: sum((ad.sigmoid(w * xi) - yi) ** 2 for xi, yi in zip([0.5, 2.0], y))  # noqa: E731
+    w = 0.7
+    g = ad.grad(f)(w)
+    s = [1 / (1 + math.exp(-w * xi)) for xi in (0.5, 2.0)]
+    want = sum(2 * (si - yi) * si * (1 - si) * xi for si, yi, xi in zip(s, (1, 0), (0.5, 2.0)))
+    assert g == pytest.approx(want, rel=1e-12)

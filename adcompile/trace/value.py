@@ -114,6 +114,8 @@ def _operand(other: Any, op: Op) -> Any:
         return constant(other)
     if isinstance(other, Value):
         return other
+    if isinstance(other, np.bool_):  # (not a numbers.Real, but bool is)
+        return constant(float(other))
     if isinstance(other, (np.ndarray, list, tuple)):
         return NotImplemented
     raise bad_operand(other, op.symbol or op.name)
@@ -195,6 +197,8 @@ class Value(Numeric):
                     a = constant(a)
                 elif isinstance(a, Value):
                     pass
+                elif isinstance(a, np.bool_):
+                    a = constant(float(a))
                 else:
                     raise bad_operand(a, op.name)
             vals.append(a)
