@@ -75,7 +75,7 @@ class BatchMixin:
             if program is None:
                 return None
         ok, out = program(*flat)
-        if not ok or not self._same_value(args, out[0], flat, program):
+        if not ok or not self._same_value(args, out[0], flat, program, which):
             return None  # other branches, or f treats this length differently
         spec = Specialisation(None, program, self._layout(key)[0], self.mode, self._many)
         keep_first(self._specs, key, spec)
@@ -247,7 +247,7 @@ class BatchMixin:
         program = gen.at(n, self._params(self._names(len(args)), key))
         try:
             ok, out = program(*flat)
-            same = made or self._same_value(args, out[0], flat, program)
+            same = made or self._same_value(args, out[0], flat, program, which)
         except Exception:  # (NumPy refused a shape at this length)
             same = False
         if not same:
@@ -313,18 +313,25 @@ class BatchMixin:
         return gen
 
     def _same_value(
-        self, args: Sequence[Any], value: float, flat: list, program: CompiledProgram
+        self,
+        args: Sequence[Any],
+        value: float,
+        flat: list,
+        program: CompiledProgram,
+        data: Sequence[int],
     ) -> bool:
         """Whether ``f`` run on plain numbers agrees with the generic code at one
         length, ``program``.
 
         Compared at a point near the call's, moved in the differentiated
-        arguments, where a term that vanishes at the call's point (``0.5 *
-        theta ** 2`` at 0) does not; at the call's point (``value``) where the
-        code takes other branches there or ``f`` gives no number. False when
-        ``f`` cannot run on numbers: the length is then traced as it is."""
+        arguments and the float ``data`` (the batch), where a term that vanishes
+        at the call's point (``0.5 * theta ** 2`` at 0, rows of zeros that
+        ``f`` weighs otherwise at this length) does not; at the call's point
+        (``value``) where the code takes other branches there or ``f`` gives no
+        number. False when ``f`` cannot run on numbers: the length is then
+        traced as it is."""
         leaves = list(self.leaves()) if self.leaves is not None else None
-        moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)))
+        moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)), data)
         ok, out = program(*moved_flat)
         if ok:
             got = batch.run_plain(self.fun, self._visible(moved), leaves)

@@ -284,12 +284,17 @@ def _plain(a: Any, as_values: bool) -> Any:
     return tensor(arr, requires_grad=False) if as_values else arr
 
 
-def nearby(args: Sequence[Any], flat: Sequence[Any], wrt: Sequence[int]) -> tuple[list, list]:
-    """``args`` and their ``flat`` form with the differentiated arguments moved a
-    little (by 10% of 1 + |x|, in a fixed pseudo-random direction)."""
+def nearby(
+    args: Sequence[Any], flat: Sequence[Any], wrt: Sequence[int], data: Sequence[int] = ()
+) -> tuple[list, list]:
+    """``args`` and their ``flat`` form with the differentiated arguments, and the
+    float arrays among the ``data`` ones, moved a little (by 10% of 1 + |x|, in a
+    fixed pseudo-random direction): a row the function treats otherwise at this
+    length (``c = 1.0 if i < 12 else 0.5``) shows there even where its data is 0."""
     rng = np.random.default_rng(20250101)
     args, flat = list(args), list(flat)
-    for k in wrt:
+    floats = [k for k in data if k not in wrt and np.asarray(flat[k]).dtype.kind == "f"]
+    for k in [*wrt, *floats]:
         x = np.asarray(flat[k], dtype=np.float64)
         y = x + 0.1 * rng.uniform(-1.0, 1.0, x.shape) * (1.0 + np.abs(x))
         flat[k] = y if x.ndim else float(y)
