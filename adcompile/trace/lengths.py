@@ -21,7 +21,9 @@ other lengths are traced on their own.
 
 What is not seen (``float(len(y))``, ``0.5 * len(y)``, ``np.shape(y)``, a
 row index compared with a constant) is left to the check that compares the
-first answer at each new length with ``f`` run on plain numbers.
+first answer at each new length with ``f`` run on plain numbers, at a point
+moved off the call's in the parameters and the float data alike (rows of
+zeros there would hide a row weighed otherwise).
 """
 
 from __future__ import annotations
