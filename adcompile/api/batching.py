@@ -331,6 +331,8 @@ class BatchMixin:
         number. False when ``f`` cannot run on numbers: the length is then
         traced as it is."""
         leaves = list(self.leaves()) if self.leaves is not None else None
+        shown = len(self._visible(args))  # (f reads the hidden inputs as they are)
+        data = [k for k in data if k < shown]
         moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)), data)
         ok, out = program(*moved_flat)
         if ok:
