@@ -346,18 +346,17 @@ def trace(a, offset=0, axis1=0, axis2=1, dtype=None, out=None):  # noqa: ANN001,
 
 @_handles(np.diag)
 def diag(v, k=0):  # noqa: ANN001, ANN201
-    """A matrix's diagonal, or a matrix with ``v`` on its ``k``-th diagonal: a gather
-    from ``v`` with a zero after it (no product: ``0 * inf`` would be nan)."""
+    """A matrix's diagonal, or a matrix of zeros with ``v`` written on its ``k``-th
+    diagonal (no product: ``0 * inf`` would be nan)."""
     x, k = _as(v), operator.index(k)
     if x.ndim == 2:
         return diagonal(x, k)
     if x.ndim != 1:
         raise ValueError("Input must be 1- or 2-d.")
-    n = x.shape[0]
-    i, m = np.arange(n), n + abs(k)
-    at = np.full((m, m), n)
-    at[i + max(-k, 0), i + max(k, 0)] = i
-    return concatenate([x, np.zeros(1)])[at]
+    i, m = np.arange(x.shape[0]), x.shape[0] + abs(k)
+    out = x.trace.operand(np.zeros((m, m)))
+    out[i + max(-k, 0), i + max(k, 0)] = x
+    return out
 
 
 # ---------------------------------------------------------------- selections
