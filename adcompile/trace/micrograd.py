@@ -19,7 +19,7 @@ from ..ir.ops import Op
 from .mode import MODE
 
 
-def made_by_hand(*args: Any) -> TypeError:
+def made_by_hand() -> TypeError:
     """The error for a micrograd-style op met while tracing."""
     return TypeError(
         "a micrograd-style op (Value(data, (a, b), 'op'), out._backward = ... or "

@@ -105,17 +105,19 @@ def _link(out: Value, operands: Sequence[Value]) -> None:
     out._b = None if n < 2 else (operands[1] if n == 2 else tuple(operands[1:]))
 
 
+#: The numbers an operator takes besides Values (np.bool_ is no numbers.Real; bool is).
+_REALS = (numbers.Real, np.bool_)
+
+
 def _operand(other: Any, op: Op) -> Any:
     """A binary operator's other operand as a Value (NotImplemented for arrays)."""
     if type(other) is float or type(other) is int:
         return constant(other)
-    if isinstance(other, numbers.Real) and not isinstance(other, Value):
+    if isinstance(other, _REALS) and not isinstance(other, Value):
         frozen_data(other)
         return constant(other)
     if isinstance(other, Value):
         return other
-    if isinstance(other, np.bool_):  # (not a numbers.Real, but bool is)
-        return constant(float(other))
     if isinstance(other, (np.ndarray, list, tuple)):
         return NotImplemented
     raise bad_operand(other, op.symbol or op.name)
@@ -192,13 +194,11 @@ class Value(Numeric):
             if type(a) is not Value:
                 if type(a) is float or type(a) is int:
                     a = constant(a)
-                elif isinstance(a, numbers.Real) and not isinstance(a, Value):
+                elif isinstance(a, _REALS) and not isinstance(a, Value):
                     frozen_data(a)
                     a = constant(a)
                 elif isinstance(a, Value):
                     pass
-                elif isinstance(a, np.bool_):
-                    a = constant(float(a))
                 else:
                     raise bad_operand(a, op.name)
             vals.append(a)
