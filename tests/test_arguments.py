@@ -151,6 +151,7 @@ def test_static_argnums_sizes_a_range():
     np.testing.assert_allclose(grad(x, 2), [2.0, 4.0, 0.0])
     np.testing.assert_allclose(grad(x, 3), [2.0, 4.0, 6.0])  # a new value: traced again
     np.testing.assert_allclose(grad(x, 2), [2.0, 4.0, 0.0])
+    assert grad.traces == 2  # (one for each value, counted by the transform called)
     assert ad.jit(rows, static_argnums=(1,))(x, 3) == 14.0
     value, g = ad.value_and_grad(rows, static_argnums=-1)(x, 1)
     assert value == 1.0 and list(g) == [2.0, 0.0, 0.0]
@@ -161,6 +162,8 @@ def test_an_int_keyword_is_static():
     grad = ad.grad(rows)
     np.testing.assert_allclose(grad(x, n=2), [2.0, 4.0, 0.0])
     np.testing.assert_allclose(grad(x, n=1), [2.0, 0.0, 0.0])
+    np.testing.assert_allclose(grad(x, n=2), [2.0, 4.0, 0.0])
+    assert grad.traces == 2
 
 
 def test_static_argnums_errors():

@@ -88,7 +88,7 @@ class BatchMixin:
         as it is; a ``batch.Deferred`` when ``n`` takes other branches)."""
         arrays = [np.asarray(a, dtype=np.float64) if k in which else a for k, a in enumerate(args)]
         fname, what = self._fname_doc()
-        self.traces += 1
+        self._traced += 1
         if not pipeline.LOOP_IR:
             return None
         return self._batch_loops(arrays, key, which, self._names(len(args)), fname, what, n)
@@ -292,7 +292,7 @@ class BatchMixin:
             tapes.append(code)
         if self._caps is not None and self._caps.watched:
             self._caps.settle()
-        self.traces += 1
+        self._traced += 1
         self._stages = {"trace at four lengths": time.perf_counter() - clock}
         if len(sources) < len(lengths(n)):
             return None

@@ -467,7 +467,7 @@ class CompileMixin:
 
     def _count_trace(self) -> None:
         """Count a trace; warn once when there have been many."""
-        self.traces += 1
+        self._traced += 1
         if too_many(self.traces) and not self._warned:
             self._warned = True
             warnings.warn(

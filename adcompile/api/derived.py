@@ -194,7 +194,7 @@ class Derived(Transformed):
             code, layout, note, basis = self._derive_arrays(tape, key)
         except NotImplementedError as e:
             self.array_refused = str(e).removeprefix("adcompile: ")
-            self.traces -= 1
+            self._traced -= 1
             return None
         self._stages["derivative tape"] = time.perf_counter() - clock
         params = self._params(self._names(len(args)), key)

@@ -93,7 +93,7 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin, Repl
         self.argnums = argnums
         self._many = isinstance(argnums, (tuple, list))
         self._specs: OrderedDict[tuple, list[Specialisation]] = OrderedDict()
-        self.traces = 0
+        self._traced = 0  # (traces counts its variants' too)
         self._warned = False
         self._last: Specialisation | None = None
         self._name = function_name(fun)
@@ -187,6 +187,12 @@ class Transformed(IntrospectMixin, CompileMixin, BatchMixin, CapturesMixin, Repl
         return self._adopting(lambda: self._general_once(args))
 
     # ---- pytrees, static arguments, float32 (adcompile.arguments)
+
+    @property
+    def traces(self) -> int:
+        """How many times ``fun`` was traced, by this transform and the variants it made
+        for static arguments, keywords, pytrees and float32 arrays."""
+        return self._traced + sum(v.traces for v in self._variants.values())
 
     @property
     def many(self) -> bool:
