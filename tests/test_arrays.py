@@ -166,6 +166,8 @@ CASES = {
             + np.sum(np.diag(x, 2) * np.diag(x, -1)[:2])
             + np.trace(x[:, :4] ** 2, -1) * np.trace(x)
             + np.sum(x.diagonal(1) ** 3)
+            + np.sum(np.diagonal(x, 1, 1, 0) * np.arange(1.0, 5.0))  # (axes swapped)
+            + np.trace(x**2, -1, -1, -2)
         ),
         X,
     ),

@@ -331,8 +331,13 @@ def tensordot(a, b, axes=2):  # noqa: ANN001, ANN201
 @_handles(np.diagonal)
 def diagonal(a, offset=0, axis1=0, axis2=1):  # noqa: ANN001, ANN201
     x, k = _as(a), operator.index(offset)
-    if x.ndim != 2 or A.normal_axes((axis1, axis2), 2) != (0, 1):
-        raise NotArrayLevel("np.diagonal of other than a matrix's axes 0, 1")
+    if x.ndim != 2:
+        raise NotArrayLevel("np.diagonal of other than a matrix")
+    (first,), (second,) = A.normal_axes(axis1, 2), A.normal_axes(axis2, 2)
+    if first == second:
+        raise ValueError("axis1 and axis2 cannot be the same")
+    if first == 1:  # (the diagonal of the transpose: offset k counts along axis2 = 0)
+        x = transpose(x)
     r, c = max(-k, 0), max(k, 0)
     i = np.arange(max(0, min(x.shape[0] - r, x.shape[1] - c)))
     return x[i + r, i + c]
