@@ -158,3 +158,16 @@ def test_numpy_booleans_are_numbers_on_either_side():
     s = [1 / (1 + math.exp(-w * xi)) for xi in (0.5, 2.0)]
     want = sum(2 * (si - yi) * si * (1 - si) * xi for si, yi, xi in zip(s, (1, 0), (0.5, 2.0)))
     assert g == pytest.approx(want, rel=1e-12)
+
+
+def test_clear_errors_for_what_cannot_be_backpropagated_by_hand():
+    a = Value(1.0)
+    with pytest.raises(TypeError, match="children are the Values"):
+        Value(2.0, (a, 2.0), "*")
+    model = ad.MLP(2, [3, 1])
+    step = ad.compile_loss(lambda X: sum(model(x) ** 2 for x in X), model.parameters())
+    loss = step(np.array([[0.5, -1.0], [1.5, 0.25]]))
+    with pytest.raises(TypeError, match="call backward"):
+        loss._backward()  # (its gradient is the compiled code's: backward() adds it)
+    loss.backward()
+    assert any(p.grad != 0.0 for p in model.parameters())

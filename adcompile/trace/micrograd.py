@@ -17,6 +17,7 @@ from typing import Any
 
 from ..ir.ops import Op
 from .mode import MODE
+from .numeric import Numeric
 
 
 def made_by_hand() -> TypeError:
@@ -42,6 +43,13 @@ class MicrogradOp(Op):
     def __init__(self, label: str, operands: tuple, closure: Callable | None = None) -> None:
         if MODE.get().trace is not None:
             raise made_by_hand()
+        for p in operands:
+            if not isinstance(p, Numeric):
+                raise TypeError(
+                    f"Value(data, _children, _op): the children are the Values it is made "
+                    f"of, not {type(p).__name__!r} (a number needs no gradient: leave it out, "
+                    "or make it a Value)"
+                )
         super().__init__(label, len(operands), _refused, "")
         self.closure = closure
 
@@ -78,7 +86,7 @@ def by_hand(v: Any, op: Op | None) -> None:
             op.closure()
         return
     xs = v.operands
-    if len(op.vjp) != len(xs):
+    if not op.vjp or len(op.vjp) != len(xs):  # (a compiled loss's: its step alone)
         raise TypeError(
             f"_backward() of a Value made by {op.name!r}, which has no local derivative "
             "rules: call backward() on the result instead"
