@@ -378,3 +378,44 @@ def test_compile_loss_rows_weighed_by_position_where_the_first_batch_has_zeros_t
         ref.backward()
         assert loss.data == pytest.approx(ref.data, rel=1e-12)
         assert got == pytest.approx([p.grad for p in model.parameters()], rel=1e-9, abs=1e-14)
+
+
+def _hinge_by_position(w, X, y):
+    tot = 0.0
+    for i in range(len(X)):
+        c = 1.0 if i < 12 else 2.0  # rows past 11 count double
+        tot = tot + c * ad.relu(1 - y[i] * (w[0] * X[i, 0] + w[1] * X[i, 1] + w[2]))
+    return tot / len(X)
+
+
+def _guarded_by_position(w, X, y):
+    s = 1.0 if w[0] >= 0.5 else 1.5  # (a point moved off w[0] = 0.5 may take the other side)
+    tot = 0.0
+    for i in range(len(X)):
+        c = 1.0 if i < 12 else 3.0
+        tot = tot + c * y[i] * (w[0] * X[i, 0] + w[1] * X[i, 1]) ** 2
+    return s * tot / len(X)
+
+
+@pytest.mark.parametrize("f", [_hinge_by_position, _guarded_by_position])
+def test_rows_weighed_by_position_hidden_where_they_are_at_the_first_call(f):
+    """The first batch at length 20 hides the rows from 12 on: a hinge inactive
+    there (moved a little, still inactive), or rows of zeros where the moved point
+    takes another branch. The rows in reverse order show them."""
+    rng = np.random.default_rng(1)
+    w = np.array([0.5, 0.7, 0.0])
+    X, y = rng.normal(size=(20, 2)), np.sign(rng.normal(size=20))
+    if f is _hinge_by_position:
+        X[12:], y[12:] = 5.0, 1.0  # margin 5: relu is 0 there
+    else:
+        X[12:] = 0.0
+    vg = ad.value_and_grad(f)
+    for point in (w, w + [0.1, 0.0, 0.0]):
+        value, g = vg(point, X, y)
+        assert value == pytest.approx(f(point, X, y), rel=1e-12)
+        X, y = rng.normal(size=(20, 2)) * 0.3, np.sign(rng.normal(size=20))  # then others
+    w = w + [0.1, 0.0, 0.0]  # (off the guard's edge: central differences hold)
+    value, g = vg(w, X, y)
+    assert value == pytest.approx(f(w, X, y), rel=1e-12)
+    fd = [central_diff(lambda v: f(v, X, y), w, e) for e in np.eye(3)]
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-9)

@@ -321,23 +321,37 @@ class BatchMixin:
         data: Sequence[int],
     ) -> bool:
         """Whether ``f`` run on plain numbers agrees with the generic code at one
-        length, ``program``.
+        length, ``program``, at each of these points where the code takes the
+        branches it was made for and ``f`` gives a number (False where ``f``
+        cannot run on numbers: the length is then traced as it is):
 
-        Compared at a point near the call's, moved in the differentiated
-        arguments and the float ``data`` (the batch), where a term that vanishes
-        at the call's point (``0.5 * theta ** 2`` at 0, rows of zeros that
-        ``f`` weighs otherwise at this length) does not; at the call's point
-        (``value``) where the code takes other branches there or ``f`` gives no
-        number. False when ``f`` cannot run on numbers: the length is then
-        traced as it is."""
+        - a point near the call's, moved in the differentiated arguments and the
+          float ``data`` (the batch), where a term that vanishes at the call's
+          point (``0.5 * theta ** 2`` at 0, rows of zeros) does not;
+        - the call's point with the batch's rows in reverse order, where rows that
+          ``f`` weighs by their position (``1.0 if i < 12 else 0.5``: no guard on
+          the length, and lengths 8, 9, 11 never reach row 12) change places
+          with others, so that inactive rows cannot hide them;
+        - the call's point itself (``value``), where neither could be compared."""
         leaves = list(self.leaves()) if self.leaves is not None else None
         shown = len(self._visible(args))  # (f reads the hidden inputs as they are)
         data = [k for k in data if k < shown]
-        moved, moved_flat = batch.nearby(args, flat, self._wrt_args(len(args)), data)
-        ok, out = program(*moved_flat)
-        if ok:
+        points = [
+            batch.nearby(args, flat, self._wrt_args(len(args)), data),
+            batch.rows_reversed(args, flat, data),
+        ]
+        compared = False
+        for moved, moved_flat in points:
+            ok, out = program(*moved_flat)
+            if not ok:
+                continue
             got = batch.run_plain(self.fun, self._visible(moved), leaves)
-            if got is not None and got == got:
-                return batch.agree(got, out[0])
+            if got is None or got != got:
+                continue
+            if not batch.agree(got, out[0]):
+                return False
+            compared = True
+        if compared:
+            return True
         got = batch.run_plain(self.fun, self._visible(args), leaves)
         return got is not None and batch.agree(got, value)

@@ -302,6 +302,22 @@ def nearby(
     return args, flat
 
 
+def rows_reversed(
+    args: Sequence[Any], flat: Sequence[Any], data: Sequence[int]
+) -> tuple[list, list]:
+    """``args`` and their ``flat`` form with the rows of the ``data`` arguments (the
+    batch) in reverse order: rows that the function weighs by their position, and
+    that vanish where they are (a hinge's inactive rows), change places with others."""
+    args, flat = list(args), list(flat)
+    for k in data:
+        shape = np.shape(args[k])
+        args[k] = np.ascontiguousarray(np.asarray(args[k])[::-1])
+        # (flat: the same numbers, raveled perhaps, and of the dtype the code takes)
+        rows = np.asarray(flat[k]).reshape(shape)[::-1]
+        flat[k] = np.ascontiguousarray(rows).reshape(np.shape(flat[k]))
+    return args, flat
+
+
 def agree(got: float, value: float) -> bool:
     """Whether two values of a loss agree (to 1e-9, relative; nan with nan)."""
     return (
