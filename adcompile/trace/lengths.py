@@ -23,7 +23,8 @@ What is not seen (``float(len(y))``, ``0.5 * len(y)``, ``np.shape(y)``, a
 row index compared with a constant) is left to the check that compares the
 first answer at each new length with ``f`` run on plain numbers, at a point
 moved off the call's in the parameters and the float data alike (rows of
-zeros there would hide a row weighed otherwise).
+zeros there would hide a row weighed otherwise), and with the batch's rows in
+reverse order (``api.batching``).
 """
 
 from __future__ import annotations
