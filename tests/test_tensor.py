@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+import adcompile as ad
 from adcompile.ir import ops
 from adcompile.trace.tensor import ValueArray, data, grad_of, tensor
 from adcompile.trace.value import Value
@@ -157,3 +158,19 @@ def test_data_and_grad_of_helpers():
     np.testing.assert_array_equal(data([[x, y], [0.5, 1]]), [[1.5, -2.0], [0.5, 1.0]])
     np.testing.assert_array_equal(grad_of([[x, y], [0.5, 1]]), [[-2.0, 1.5], [0.0, 0.0]])
     assert data(np.array([x, y])).shape == (2,)
+
+
+def test_zeros_numpy_makes_in_an_array_of_values_divide_as_floats():
+    """np.diag of an array of Values fills with the int 0 (an object array's zero):
+    1.0 / 0 would raise where NumPy's float array gives inf."""
+    v = np.array([1.0, 2.0, 3.0])
+
+    def f(v):
+        return np.sum(np.arctan(1.0 / np.diag(v)))
+
+    vg = ad.value_and_grad(f)
+    vg.array_level = False  # (element by element, as small arrays and compile_loss go)
+    with np.errstate(divide="ignore"):
+        value, g = vg(v)
+        assert value == pytest.approx(f(v), rel=1e-14)  # 6 off-diagonal arctan(inf)
+    np.testing.assert_allclose(g, -1.0 / (v**2 + 1.0), rtol=1e-14)

@@ -18,7 +18,7 @@ from ..ir.array_ops import normal_axes
 from .mode import in_library
 from .traced import TracedFloat, frozen_data
 from .ufuncs import PREDICATES, nan_to_num
-from .value import Value
+from .value import Value, constant
 
 # Arithmetic (and @) stays with NumPy's object loop, which calls the Value's
 # own operators (the same ops) without a detour through Python.
@@ -41,6 +41,19 @@ _ORDERS = frozenset(
 def _values(x: Any) -> list[Value]:
     """The Values of an array (or a list) of them."""
     return [v for v in np.asarray(x, dtype=object).flat if isinstance(v, Value)]
+
+
+def _numbers_as_values(out: np.ndarray) -> np.ndarray:
+    """``out`` (an object array NumPy made) with the ints its zeros are (``np.diag``,
+    ``np.pad`` of an object array) as constant Values, which divide as floats in
+    NumPy do: Python's ``1.0 / 0`` raises where NumPy's ``1.0 / 0.0`` is inf."""
+    at = [k for k, v in enumerate(out.flat) if type(v) is int]
+    if not at:
+        return out
+    out = out.copy()
+    for k in at:
+        out.flat[k] = constant(out.flat[k])
+    return out
 
 
 class ValueArray(np.ndarray):
@@ -142,7 +155,7 @@ class ValueArray(np.ndarray):
             )
         out = super().__array_function__(func, types, args, kwargs)
         if type(out) is _ND and out.dtype == object and out.ndim:  # (np.where ...: its
-            return out.view(ValueArray)  # ufuncs are the ops, not NumPy's object loop)
+            return _numbers_as_values(out).view(ValueArray)  # ufuncs are the ops)
         return out
 
     @property
